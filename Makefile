@@ -1,0 +1,43 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Re-running either is quick: the venv is rebuilt only when the pins change.
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Each test run gets its own DDS domain unless the caller chose one.
+ROS_DOMAIN_ID ?= $(shell echo $$(( $$$$ % 200 + 10 )))
+
+export MUJOCO_GL ?= egl
+export PYOPENGL_PLATFORM ?= egl
+export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+export ROS_DOMAIN_ID
+
+.PHONY: install test demo lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt requirements-nodeps.txt setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip wheel setuptools
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -r requirements-nodeps.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q test
+
+demo: $(STAMP)
+	$(BIN)/vla-edge demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check vla_edge test launch setup.py
+	$(BIN)/ruff format --check vla_edge test launch setup.py
+
+format: $(STAMP)
+	$(BIN)/ruff format vla_edge test launch setup.py
+	$(BIN)/ruff check --fix vla_edge test launch setup.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

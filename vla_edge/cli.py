@@ -1,0 +1,82 @@
+"""The ``vla-edge`` command.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``; this file only wires them together and imports a module
+when its subcommand is used, so ``vla-edge launch`` never pays for torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("vla_edge.demo", "closed-loop demo with the bundled model"),
+    "collect": ("vla_edge.sim.collect", "record expert demonstrations (HDF5)"),
+    "eval": ("vla_edge.sim.eval_cli", "closed-loop evaluation in virtual time"),
+    "train": ("vla_edge.policy.train", "train the VLA policy"),
+    "export": ("vla_edge.export.cli", "export a checkpoint to ONNX / ExecuTorch"),
+    "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
+    "faults": ("vla_edge.faults.cli", "run the fault-injection suite"),
+    "serve": ("vla_edge.runners.openpi_server", "serve a policy over the openpi protocol"),
+}
+
+BENCHES: dict[str, tuple[str, str]] = {
+    "control": ("vla_edge.bench.control_bench", "controller + safety step cost"),
+    "sim": ("vla_edge.bench.sim_bench", "env step + render cost"),
+    "parity": ("vla_edge.bench.parity", "backend parity against the torch reference"),
+    "latency": ("vla_edge.bench.latency", "per-stage and end-to-end latency per backend"),
+}
+
+
+def _add_lazy(sub: argparse._SubParsersAction, name: str, module: str, help_text: str) -> None:
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    parser.set_defaults(_module=module)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("vla_edge"):
+            parser.set_defaults(_missing=f"'{name}' is not available: {exc}")
+            return
+        raise
+    mod.add_arguments(parser)
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """Build the parser, importing only the module of the subcommand in ``argv``."""
+    parser = argparse.ArgumentParser(prog="vla-edge", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    wanted = argv[0] if argv else None
+    for name, (module, help_text) in COMMANDS.items():
+        if name == wanted:
+            _add_lazy(sub, name, module, help_text)
+        else:
+            sub.add_parser(name, help=help_text)
+    bench = sub.add_parser("bench", help="benchmarks writing JSON")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+    wanted_bench = argv[1] if wanted == "bench" and len(argv) > 1 else None
+    for name, (module, help_text) in BENCHES.items():
+        if name == wanted_bench:
+            _add_lazy(bench_sub, name, module, help_text)
+        else:
+            bench_sub.add_parser(name, help=help_text)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``vla-edge``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
+    args = parser.parse_args(argv)
+    missing = getattr(args, "_missing", None)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    module = importlib.import_module(args._module)
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

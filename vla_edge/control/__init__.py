@@ -1,0 +1,1 @@
+"""Chunk buffer, merge strategies, staleness, interpolation, watchdog, controller step."""

@@ -1,0 +1,70 @@
+"""Named exceptions. Each message names the field, the value and the bound."""
+
+
+class VlaEdgeError(Exception):
+    """Base class of every error vla_edge raises on purpose."""
+
+
+class ConfigError(VlaEdgeError):
+    """A configuration file or field is invalid."""
+
+
+class ManifestMismatchError(VlaEdgeError):
+    """An exported artifact's manifest does not match what it is asked to do."""
+
+
+class InvalidObservationError(VlaEdgeError):
+    """An observation has the wrong shape, dtype, camera set or a non-finite value."""
+
+
+class InvalidActionError(VlaEdgeError):
+    """An action given to the simulator is of the wrong dimension or non-finite."""
+
+
+class InvalidCommandError(VlaEdgeError):
+    """A joint command given to the safety layer is malformed or non-finite."""
+
+
+class ChunkRejectedError(VlaEdgeError):
+    """Base class of the reasons an action chunk is refused by the controller.
+
+    ``reason`` is a short stable key used for counters and diagnostics.
+    """
+
+    reason = "rejected"
+
+
+class EmptyChunkError(ChunkRejectedError):
+    """The chunk has no steps."""
+
+    reason = "empty"
+
+
+class NonFiniteChunkError(ChunkRejectedError):
+    """The chunk holds NaN or inf."""
+
+    reason = "non_finite"
+
+
+class NonMonotonicChunkError(ChunkRejectedError):
+    """The chunk's step times do not strictly increase."""
+
+    reason = "non_monotonic"
+
+
+class JointMismatchError(ChunkRejectedError):
+    """The chunk's joint names or action dimension differ from the controller's."""
+
+    reason = "joint_mismatch"
+
+
+class StaleChunkError(ChunkRejectedError):
+    """The chunk's observation is older than ``max_chunk_age_s``."""
+
+    reason = "stale"
+
+
+class FutureChunkError(ChunkRejectedError):
+    """The chunk's observation stamp lies in the future beyond the clock tolerance."""
+
+    reason = "future"

@@ -1,0 +1,1 @@
+"""torch -> ONNX / ExecuTorch programs plus manifest.json."""

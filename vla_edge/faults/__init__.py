@@ -1,0 +1,1 @@
+"""Fault scenarios and injectors."""

@@ -1,0 +1,1 @@
+"""rclpy nodes: thin adapters from ROS messages to the cores."""

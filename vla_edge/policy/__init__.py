@@ -1,0 +1,1 @@
+"""The VLA policy: encoders, fusion, flow-matching action head, training."""

@@ -1,0 +1,73 @@
+"""The seam between the control side and any policy backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from vla_edge.core.types import ActionChunk, Observation
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """What a runner consumes and produces.
+
+    Attributes:
+        joint_names: names of the ``A`` action dimensions (joints then gripper).
+        chunk_horizon: ``H`` steps per chunk.
+        dt_action_s: time between two steps of a chunk.
+        cameras: camera names the runner expects, in order.
+        image_height: expected image height in pixels.
+        image_width: expected image width in pixels.
+        supports_prefix: whether ``infer`` honours ``prefix_actions``.
+    """
+
+    joint_names: tuple[str, ...]
+    chunk_horizon: int
+    dt_action_s: float
+    cameras: tuple[str, ...]
+    image_height: int
+    image_width: int
+    supports_prefix: bool = False
+
+    @property
+    def action_dim(self) -> int:
+        """``A``."""
+        return len(self.joint_names)
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """Turns an observation into an action chunk stamped with the observation time."""
+
+    spec: RunnerSpec
+
+    def infer(
+        self,
+        obs: Observation,
+        noise: np.ndarray | None = None,
+        prefix_actions: np.ndarray | None = None,
+        prefix_len: int = 0,
+    ) -> ActionChunk:
+        """Compute a chunk from ``obs``.
+
+        Args:
+            obs: the observation; the chunk's ``t_obs_s`` is ``obs.stamp_s``.
+            noise: optional explicit ``[H, A]`` flow-matching noise (parity runs).
+            prefix_actions: optional ``[H, A]`` actions that will execute while
+                this inference runs; the first ``prefix_len`` rows are binding.
+            prefix_len: number of binding prefix rows (0 = none).
+
+        Returns:
+            The chunk, with ``timings_ms`` filled per stage.
+
+        Raises:
+            InvalidObservationError: wrong cameras, image size, dtype or non-finite state.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release resources."""
+        ...

@@ -1,0 +1,1 @@
+"""The independent safety core: validation, limiter, e-stop latch, stop state machine."""

@@ -1,0 +1,1 @@
+"""MuJoCo tabletop suite, scripted expert, demonstrations and the closed-loop evaluator."""
