@@ -68,3 +68,27 @@ class FutureChunkError(ChunkRejectedError):
     """The chunk's observation stamp lies in the future beyond the clock tolerance."""
 
     reason = "future"
+
+
+class ProtocolError(VlaEdgeError):
+    """A wire message (msgpack with numpy arrays) is malformed or breaks a decoding limit."""
+
+
+class MessageTooLargeError(ProtocolError):
+    """A wire message is larger than ``max_message_bytes``."""
+
+
+class RemoteRunnerError(VlaEdgeError):
+    """A remote policy server could not produce a chunk (connection, protocol or server error)."""
+
+
+class RemoteConnectionError(RemoteRunnerError):
+    """The remote policy server is unreachable, refused the connection or closed it."""
+
+
+class RemoteTimeoutError(RemoteRunnerError, TimeoutError):
+    """The remote policy server did not answer within ``remote_timeout_s``."""
+
+
+class RemoteServerError(RemoteRunnerError):
+    """The remote policy server answered with an error reply instead of actions."""
