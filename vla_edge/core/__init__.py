@@ -2,6 +2,8 @@
 
 from vla_edge.core.errors import (
     ChunkRejectedError,
+    CommandJointMismatchError,
+    CommandOutOfLimitsError,
     ConfigError,
     EmptyChunkError,
     FutureChunkError,
@@ -11,9 +13,13 @@ from vla_edge.core.errors import (
     JointMismatchError,
     ManifestMismatchError,
     NonFiniteChunkError,
+    NonFiniteCommandError,
     NonMonotonicChunkError,
+    OutOfOrderChunkError,
     StaleChunkError,
+    StaleCommandError,
     VlaEdgeError,
+    WatchdogError,
 )
 from vla_edge.core.stop import StopCategory
 from vla_edge.core.types import ActionChunk, JointCommand, Observation
@@ -21,6 +27,8 @@ from vla_edge.core.types import ActionChunk, JointCommand, Observation
 __all__ = [
     "ActionChunk",
     "ChunkRejectedError",
+    "CommandJointMismatchError",
+    "CommandOutOfLimitsError",
     "ConfigError",
     "EmptyChunkError",
     "FutureChunkError",
@@ -31,9 +39,13 @@ __all__ = [
     "JointMismatchError",
     "ManifestMismatchError",
     "NonFiniteChunkError",
+    "NonFiniteCommandError",
     "NonMonotonicChunkError",
     "Observation",
+    "OutOfOrderChunkError",
     "StaleChunkError",
+    "StaleCommandError",
     "StopCategory",
     "VlaEdgeError",
+    "WatchdogError",
 ]

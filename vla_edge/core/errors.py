@@ -92,3 +92,37 @@ class RemoteTimeoutError(RemoteRunnerError, TimeoutError):
 
 class RemoteServerError(RemoteRunnerError):
     """The remote policy server answered with an error reply instead of actions."""
+
+
+class OutOfOrderChunkError(ChunkRejectedError):
+    """The chunk's observation is older than that of a chunk already accepted."""
+
+    reason = "out_of_order"
+
+
+class CommandJointMismatchError(InvalidCommandError):
+    """A joint command's names or dimension differ from the safety layer's joints."""
+
+    reason = "joint_mismatch"
+
+
+class NonFiniteCommandError(InvalidCommandError):
+    """A joint command holds NaN or inf (positions or stamp)."""
+
+    reason = "non_finite"
+
+
+class CommandOutOfLimitsError(InvalidCommandError):
+    """A joint command lies outside the hard position limits."""
+
+    reason = "out_of_limits"
+
+
+class StaleCommandError(InvalidCommandError):
+    """A joint command is older than ``command_timeout_s`` or predates a reset."""
+
+    reason = "stale"
+
+
+class WatchdogError(VlaEdgeError):
+    """A watchdog heartbeat is unknown or configured with an invalid timeout."""
