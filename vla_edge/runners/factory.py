@@ -1,0 +1,85 @@
+"""Map a ``--policy`` string to a runner.
+
+* ``expert`` — the scripted expert (needs the simulator, ``env=``);
+* ``bundled`` — the trained model shipped in ``vla_edge/models/bundled``;
+* a ``.pt`` checkpoint — the torch reference runner;
+* a directory with ``manifest.json`` — an exported artifact (ONNX or ExecuTorch);
+* ``ws://host:port`` — a remote openpi-protocol server.
+
+Backends are imported only when chosen, so ONNX / ExecuTorch deployments never
+import torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vla_edge.core.errors import ConfigError
+from vla_edge.runners.base import Runner
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "models" / "bundled"
+BUNDLED_CHECKPOINT = BUNDLED_DIR / "policy.pt"
+
+
+def resolve_policy_path(policy: str) -> Path:
+    """Return the checkpoint or artifact path named by ``policy``."""
+    if policy == "bundled":
+        return BUNDLED_CHECKPOINT
+    return Path(policy)
+
+
+def make_runner(
+    policy: str,
+    *,
+    env: Any = None,
+    threads: int = 2,
+    flow_steps: int | None = None,
+    remote_timeout_s: float = 1.0,
+    instruction_override: str | None = None,
+) -> Runner:
+    """Build the runner named by ``policy``.
+
+    Raises:
+        ConfigError: the policy string names nothing usable (missing file, no
+            manifest, unknown backend, ``expert`` without an env).
+    """
+    del instruction_override  # the instruction travels in each Observation
+    if policy == "expert":
+        if env is None:
+            raise ConfigError(
+                "policy 'expert' needs the simulator (env=...): it reads privileged state"
+            )
+        from vla_edge.runners.expert import ExpertRunner
+
+        return ExpertRunner(env)
+    if policy.startswith(("ws://", "wss://")):
+        from vla_edge.runners.remote import RemoteRunner
+
+        return RemoteRunner(policy, timeout_s=remote_timeout_s)
+    path = resolve_policy_path(policy)
+    if not path.exists():
+        raise ConfigError(f"policy '{policy}': {path} does not exist")
+    if path.is_dir():
+        manifest_path = path / "manifest.json"
+        if not manifest_path.is_file():
+            raise ConfigError(f"policy '{policy}': directory {path} has no manifest.json")
+        try:
+            backend = json.loads(manifest_path.read_text())["backend"]
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"{manifest_path}: cannot read field 'backend': {exc}") from exc
+        if backend == "onnx":
+            from vla_edge.runners.onnx_runner import OnnxRunner
+
+            return OnnxRunner(path, threads=threads)
+        if backend == "executorch":
+            from vla_edge.runners.executorch_runner import ExecuTorchRunner
+
+            return ExecuTorchRunner(path, threads=threads)
+        raise ConfigError(
+            f"{manifest_path}: backend = {backend!r}: expected 'onnx' or 'executorch'"
+        )
+    from vla_edge.runners.torch_runner import TorchRunner
+
+    return TorchRunner(path, threads=threads, flow_steps=flow_steps)

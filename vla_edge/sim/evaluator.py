@@ -1,0 +1,377 @@
+"""Closed-loop evaluation in virtual time.
+
+The evaluator runs the robot's own controller and safety cores against the
+MuJoCo tabletop. Time is the simulator's: a chunk computed from the
+observation taken at ``t`` is handed to the controller at ``t + delay_s``, so
+results are deterministic and independent of this machine's speed, while the
+chunk keeps the observation's stamp (its age on arrival is ``delay_s``).
+
+Execution schemes compared side by side:
+
+* ``async`` — ours: the controller requests inference per its trigger
+  (``threshold`` or ``continuous``), merges with the configured strategy
+  (``replace``, ``weighted``, ``ensemble``, ``prefix``), and the arm never
+  waits for the policy.
+* ``sync`` — openpi's ``ActionChunkBroker``: execute ``replan_steps`` actions
+  of a chunk, then hold while the next one is computed; each chunk starts when
+  it arrives.
+* ``lerobot`` — LeRobot's async defaults: ``weighted`` merge with 0.3 old /
+  0.7 new on overlapping steps, a new request when fewer than half a chunk
+  remains.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.control.controller import Controller
+from vla_edge.core.errors import ChunkRejectedError, ConfigError
+from vla_edge.core.types import ActionChunk, Observation
+from vla_edge.runners.base import Runner
+from vla_edge.safety.supervisor import SafetySupervisor
+
+SCHEMES = ("async", "sync", "lerobot")
+
+
+@dataclass
+class EvalSettings:
+    """How one evaluation is run (recorded in the JSON)."""
+
+    delay_s: float = 0.0
+    merge: str = "prefix"
+    scheme: str = "async"
+    replan_steps: int = 5
+    instructions: str = "canonical"
+    success_check_period_s: float = 0.1
+    settle_s: float = 0.3
+    video_fps: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ConfigError(f"scheme = {self.scheme!r}: expected one of {SCHEMES}")
+        if not self.delay_s >= 0.0:
+            raise ConfigError(f"delay_s = {self.delay_s}: must be >= 0")
+        if self.instructions not in ("canonical", "paraphrase"):
+            raise ConfigError(
+                f"instructions = {self.instructions!r}: expected 'canonical' or 'paraphrase'"
+            )
+        if self.replan_steps < 1:
+            raise ConfigError(f"replan_steps = {self.replan_steps}: must be >= 1")
+
+
+@dataclass
+class EpisodeResult:
+    """Outcome of one episode."""
+
+    task: str
+    init_state_id: int
+    success: bool
+    steps: int
+    time_s: float
+    chunks: int
+    rejected: int
+    hold_ticks: int
+    penetrating_contacts: int
+    max_boundary_velocity_jump: float
+    safety_counters: dict[str, int] = field(default_factory=dict)
+    controller_counters: dict[str, int] = field(default_factory=dict)
+    inference_ms: list[float] = field(default_factory=list)
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """95 % Wilson score interval of a binomial proportion."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def controller_config_for(
+    base: ControllerConfig, settings: EvalSettings, horizon: int, dt_action_s: float
+) -> ControllerConfig:
+    """The controller configuration a scheme implies."""
+    update: dict[str, Any] = {
+        "chunk_horizon": horizon,
+        "dt_action_s": dt_action_s,
+        "expected_inference_delay_s": settings.delay_s,
+        # Virtual-time delays are exact; the bound must admit the configured delay.
+        "max_chunk_age_s": max(base.max_chunk_age_s, settings.delay_s + 2 * dt_action_s),
+    }
+    if settings.scheme == "async":
+        update["merge"] = settings.merge
+    elif settings.scheme == "sync":
+        update["merge"] = "replace"
+        update["bridge_duration_s"] = 0.0
+    else:  # lerobot
+        update["merge"] = "weighted"
+        update["weighted_old_weight"] = 0.3
+        update["infer_trigger"] = "threshold"
+        update["threshold_fraction"] = 0.5
+    return base.model_copy(update=update)
+
+
+def _boundary_jump(commands: list[np.ndarray], tick_index: int, period_s: float) -> float:
+    """Largest per-joint change of commanded velocity across ``tick_index``."""
+    if tick_index < 2 or tick_index + 1 > len(commands):
+        return 0.0
+    v_before = (commands[tick_index - 1] - commands[tick_index - 2]) / period_s
+    v_after = (commands[tick_index] - commands[tick_index - 1]) / period_s
+    return float(np.max(np.abs(v_after - v_before)))
+
+
+def run_episode(
+    env: Any,
+    runner: Runner,
+    task: Any,
+    init_state_id: int,
+    settings: EvalSettings,
+    controller_base: ControllerConfig,
+    safety_config: SafetyConfig,
+    rng: np.random.Generator,
+    video_frames: list[np.ndarray] | None = None,
+) -> EpisodeResult:
+    """Run one episode of ``task`` from ``init_state_id``; return its outcome."""
+    obs = env.reset(task.name, init_state_id)
+    instruction = (
+        task.instruction
+        if settings.instructions == "canonical"
+        else task.paraphrases[init_state_id % len(task.paraphrases)]
+    )
+    spec = runner.spec
+    cfg = controller_config_for(controller_base, settings, spec.chunk_horizon, spec.dt_action_s)
+    period_s = 1.0 / cfg.rate_hz
+    controller = Controller(cfg, initial_positions=obs.state.copy())
+    safety = SafetySupervisor(safety_config, initial_positions=obs.state.copy())
+
+    pending: tuple[float, ActionChunk] | None = None
+    chunks = rejected = hold_ticks = 0
+    inference_ms: list[float] = []
+    raw_commands: list[np.ndarray] = []
+    boundary_jump = 0.0
+    sync_steps_left = 0
+    budget_s = float(task.max_duration_s)
+    success = False
+    next_success_check_s = 0.0
+    next_frame_s = 0.0
+    tick = 0
+    last_arrival_tick: int | None = None
+
+    while env.time_s < budget_s:
+        now = env.time_s
+        state = env.observe(render=False).state
+        safety.on_joint_state(state, now)
+
+        # 1. deliver a chunk whose (virtual) inference has finished
+        if pending is not None and now + 1e-9 >= pending[0]:
+            chunk = pending[1]
+            pending = None
+            if settings.scheme == "sync":
+                # openpi's broker executes a chunk from its first step when it arrives
+                chunk = ActionChunk(
+                    t_obs_s=now,
+                    dt_action_s=chunk.dt_action_s,
+                    joint_names=chunk.joint_names,
+                    positions=chunk.positions[: settings.replan_steps + 1],
+                    timings_ms=chunk.timings_ms,
+                )
+                sync_steps_left = settings.replan_steps
+            try:
+                controller.submit(chunk, now)
+                chunks += 1
+                last_arrival_tick = tick
+            except ChunkRejectedError:
+                rejected += 1
+
+        # 2. start an inference when the scheme asks for one and none is in flight
+        if pending is None:
+            if settings.scheme == "sync":
+                want = controller.buffered_steps(now) == 0 or (chunks == 0)
+                want = want and sync_steps_left >= 0
+            else:
+                want = chunks == 0 and rejected == 0 or controller.needs_inference(now)
+            if want:
+                obs = env.observe(render=True)
+                obs = Observation(
+                    stamp_s=obs.stamp_s, images=obs.images, state=obs.state, instruction=instruction
+                )
+                prefix = None
+                prefix_len = 0
+                if cfg.merge == "prefix" and settings.scheme == "async" and spec.supports_prefix:
+                    plan = controller.remaining_plan(now)
+                    if plan is not None and plan.horizon > 0:
+                        prefix = np.repeat(plan.positions[-1:], spec.chunk_horizon, axis=0)
+                        n = min(plan.horizon, spec.chunk_horizon)
+                        prefix[:n] = plan.positions[:n]
+                        prefix_len = min(
+                            n, int(math.floor(settings.delay_s / spec.dt_action_s + 1e-9)) + 1
+                        )
+                noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim)).astype(
+                    np.float32
+                )
+                t0 = time.perf_counter()
+                chunk = runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len)
+                inference_ms.append((time.perf_counter() - t0) * 1e3)
+                pending = (now + settings.delay_s, chunk)
+                if settings.delay_s == 0.0:
+                    continue  # deliver it on this very tick
+
+        # 3. sample the controller, filter through safety, apply
+        command = controller.step(now, measured_positions=state)
+        raw_commands.append(np.asarray(command.positions, dtype=np.float64).copy())
+        if last_arrival_tick is not None and tick == last_arrival_tick + 1:
+            boundary_jump = max(boundary_jump, _boundary_jump(raw_commands, tick, period_s))
+        if controller.holding:
+            hold_ticks += 1
+        safe = safety.filter(command, now)
+        env.step(safe)
+        tick += 1
+
+        if video_frames is not None and env.time_s >= next_frame_s:
+            frame = env.observe(render=True).images
+            video_frames.append(next(iter(frame.values())))
+            next_frame_s += 1.0 / settings.video_fps
+        if env.time_s >= next_success_check_s:
+            next_success_check_s += settings.success_check_period_s
+            if env.success():
+                success = True
+                break
+
+    return EpisodeResult(
+        task=task.name,
+        init_state_id=init_state_id,
+        success=success,
+        steps=int(round(env.time_s / spec.dt_action_s)),
+        time_s=float(env.time_s),
+        chunks=chunks,
+        rejected=rejected,
+        hold_ticks=hold_ticks,
+        penetrating_contacts=int(env.penetrating_contacts()),
+        max_boundary_velocity_jump=boundary_jump,
+        safety_counters=dict(safety.counters),
+        controller_counters=dict(controller.counters),
+        inference_ms=inference_ms,
+    )
+
+
+def evaluate(
+    env: Any,
+    runner_for: Callable[[Any], Runner],
+    tasks: Sequence[Any],
+    episodes: int,
+    settings: EvalSettings,
+    controller_base: ControllerConfig,
+    safety_config: SafetyConfig,
+    policy_name: str,
+    suite: str = "tabletop",
+    seed: int = 0,
+    video_dir: Path | None = None,
+    progress: Callable[[EpisodeResult], None] | None = None,
+) -> dict[str, Any]:
+    """Evaluate ``episodes`` fixed init states per task; return the eval JSON dict.
+
+    Args:
+        runner_for: called with the env, returns the runner (the expert needs
+            the env; learned policies ignore it).
+    """
+    runner = runner_for(env)
+    rng = np.random.default_rng(seed)
+    per_task: dict[str, Any] = {}
+    all_results: list[EpisodeResult] = []
+    for task in tasks:
+        results = []
+        for init_state_id in range(episodes):
+            frames: list[np.ndarray] | None = [] if video_dir is not None else None
+            result = run_episode(
+                env,
+                runner,
+                task,
+                init_state_id,
+                settings,
+                controller_base,
+                safety_config,
+                rng,
+                video_frames=frames,
+            )
+            if video_dir is not None and frames:
+                from vla_edge.sim.video import write_mp4
+
+                tag = "success" if result.success else "failure"
+                write_mp4(
+                    Path(video_dir) / f"{task.name}_{init_state_id:03d}_{tag}.mp4",
+                    frames,
+                    fps=settings.video_fps,
+                )
+            results.append(result)
+            if progress is not None:
+                progress(result)
+        successes = sum(r.success for r in results)
+        succeeded = [r for r in results if r.success]
+        per_task[task.name] = {
+            "success_rate": successes / len(results) if results else 0.0,
+            "successes": successes,
+            "episodes": len(results),
+            "wilson_95": list(wilson_interval(successes, len(results))),
+            "mean_steps": float(np.mean([r.steps for r in results])) if results else 0.0,
+            "mean_completion_time_s": (
+                float(np.mean([r.time_s for r in succeeded])) if succeeded else None
+            ),
+            "max_boundary_velocity_jump": max(
+                (r.max_boundary_velocity_jump for r in results), default=0.0
+            ),
+            "penetrating_contacts": sum(r.penetrating_contacts for r in results),
+        }
+        all_results.extend(results)
+    runner.close()
+    safety_totals: dict[str, int] = {}
+    controller_totals: dict[str, int] = {}
+    for r in all_results:
+        for k, v in r.safety_counters.items():
+            safety_totals[k] = safety_totals.get(k, 0) + int(v)
+        for k, v in r.controller_counters.items():
+            controller_totals[k] = controller_totals.get(k, 0) + int(v)
+    inference = [ms for r in all_results for ms in r.inference_ms]
+    rates = [v["success_rate"] for v in per_task.values()]
+    return {
+        "suite": suite,
+        "policy": policy_name,
+        "tasks": per_task,
+        "mean_success": float(np.mean(rates)) if rates else 0.0,
+        "safety": {
+            "chunk_rejections": sum(r.rejected for r in all_results),
+            "hold_ticks": sum(r.hold_ticks for r in all_results),
+            "penetrating_contacts": sum(r.penetrating_contacts for r in all_results),
+            "max_boundary_velocity_jump": max(
+                (r.max_boundary_velocity_jump for r in all_results), default=0.0
+            ),
+            "supervisor": safety_totals,
+            "controller": controller_totals,
+        },
+        "inference_wall_ms": {
+            "p50": float(np.percentile(inference, 50)) if inference else None,
+            "p95": float(np.percentile(inference, 95)) if inference else None,
+        },
+        "settings": {
+            "delay_ms": settings.delay_s * 1e3,
+            "merge": controller_config_for(
+                controller_base, settings, runner.spec.chunk_horizon, runner.spec.dt_action_s
+            ).merge,
+            "scheme": settings.scheme,
+            "replan_steps": settings.replan_steps if settings.scheme == "sync" else None,
+            "instructions": settings.instructions,
+            "episodes_per_task": episodes,
+            "seed": seed,
+            "controller_rate_hz": controller_base.rate_hz,
+            "virtual_time": True,
+        },
+    }
