@@ -126,3 +126,15 @@ class StaleCommandError(InvalidCommandError):
 
 class WatchdogError(VlaEdgeError):
     """A watchdog heartbeat is unknown or configured with an invalid timeout."""
+
+
+class UnknownTaskError(VlaEdgeError):
+    """A task name is not part of the requested suite."""
+
+
+class InitStateOutOfRangeError(VlaEdgeError):
+    """An init-state id lies outside the task's fixed initial states."""
+
+
+class AssetNotFoundError(VlaEdgeError):
+    """A simulator asset (MJCF) could not be found in the source tree or share/."""

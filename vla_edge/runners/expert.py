@@ -1,0 +1,75 @@
+"""``ExpertRunner``: the scripted expert behind the ``Runner`` protocol.
+
+It reads the env's privileged state (object poses), so it is built with the
+env it drives; images are not needed (observe with ``render=False`` to save time).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.types import ActionChunk, Observation
+from vla_edge.runners.base import RunnerSpec
+from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
+from vla_edge.sim.expert import ScriptedExpert
+
+
+class ExpertRunner:
+    """Chunks of ``H`` joint targets from the scripted expert, stamped with the obs time.
+
+    Args:
+        env: the tabletop env whose state the expert reads.
+        dt_action_s: time between two steps.
+        chunk_horizon: ``H``.
+    """
+
+    def __init__(self, env: TabletopEnv, dt_action_s: float = 0.1, chunk_horizon: int = 10) -> None:
+        self.env = env
+        self.expert = ScriptedExpert(env, dt_action_s=dt_action_s, horizon=chunk_horizon)
+        self.spec = RunnerSpec(
+            joint_names=JOINT_NAMES,
+            chunk_horizon=int(chunk_horizon),
+            dt_action_s=float(dt_action_s),
+            cameras=tuple(env.cameras),
+            image_height=env.image_height,
+            image_width=env.image_width,
+            supports_prefix=False,
+        )
+
+    def infer(
+        self,
+        obs: Observation,
+        noise: np.ndarray | None = None,
+        prefix_actions: np.ndarray | None = None,
+        prefix_len: int = 0,
+    ) -> ActionChunk:
+        """Plan from the env's current state; ``noise`` and the prefix are ignored.
+
+        Raises:
+            InvalidObservationError: ``obs.state`` is not a finite ``[7]`` vector or
+                ``obs.stamp_s`` is not finite.
+        """
+        state = np.asarray(obs.state, dtype=np.float64)
+        if state.shape != (len(JOINT_NAMES),) or not np.all(np.isfinite(state)):
+            raise InvalidObservationError(
+                f"obs.state = {state.tolist()} must be {len(JOINT_NAMES)} finite values "
+                f"for {list(JOINT_NAMES)}"
+            )
+        if not np.isfinite(obs.stamp_s):
+            raise InvalidObservationError(f"obs.stamp_s = {obs.stamp_s}: must be finite")
+        start = time.perf_counter()
+        positions = self.expert.targets(float(obs.stamp_s))
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        return ActionChunk(
+            t_obs_s=float(obs.stamp_s),
+            dt_action_s=self.spec.dt_action_s,
+            joint_names=self.spec.joint_names,
+            positions=positions,
+            timings_ms={"expert": elapsed_ms, "total": elapsed_ms},
+        )
+
+    def close(self) -> None:
+        """Nothing to release (the env belongs to the caller)."""

@@ -1,0 +1,239 @@
+"""``vla-edge collect``: record successful scripted-expert episodes in HDF5.
+
+Layout (robomimic / LIBERO convention, see docs/INTERFACES.md)::
+
+    data/demo_<i>/obs/agentview_image  [T, h, w, 3] uint8
+    data/demo_<i>/obs/wrist_image      [T, h, w, 3] uint8
+    data/demo_<i>/obs/state            [T, 7] float32  measured joints + gripper
+    data/demo_<i>/actions              [T, 7] float32  target for time t_k
+    attrs: instruction, task, init_state_id, seed, split, dt_action_s, success
+
+One observation and one action per policy step (``dt_action_s = 0.1``);
+between policy steps the env runs at 100 Hz on targets linearly interpolated
+between the expert's consecutive 0.1 s targets. Training episodes use the
+``train`` initial states, disjoint from the 50 evaluation states, and record
+the canonical instruction (paraphrases stay held out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+from tqdm import tqdm
+
+from vla_edge.core.errors import UnknownTaskError
+from vla_edge.runners.expert import ExpertRunner
+from vla_edge.sim.env import CAMERAS, TabletopEnv
+from vla_edge.sim.tasks import SUITE, Split, get_task, list_tasks
+
+DT_ACTION_S = 0.1
+# stop recording once success has held this long (shows the release and retreat)
+SUCCESS_HOLD_S = 1.0
+
+
+@dataclass
+class Episode:
+    """One rolled-out episode (images only when rendered)."""
+
+    task: str
+    init_state_id: int
+    split: str
+    instruction: str
+    success: bool
+    images: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    states: list[np.ndarray] = field(default_factory=list)
+    actions: list[np.ndarray] = field(default_factory=list)
+    duration_s: float = 0.0
+    wall_s: float = 0.0
+    penetrating_contacts: int = 0
+    max_joint_speed_rad_per_s: float = 0.0
+    replans: int = 0
+
+
+def rollout_expert(
+    env: TabletopEnv,
+    runner: ExpertRunner,
+    task: str,
+    init_state_id: int,
+    split: Split = "train",
+    render: bool = True,
+    success_hold_s: float = SUCCESS_HOLD_S,
+) -> Episode:
+    """Run the expert on one initial state at 100 Hz, observing every ``dt_action_s``."""
+    wall0 = time.perf_counter()
+    spec = get_task(task)
+    obs = env.reset(task, init_state_id, split=split)
+    ticks_per_action = int(round(DT_ACTION_S / env.control_dt_s))
+    n_steps = int(round(spec.budget_s / DT_ACTION_S))
+    episode = Episode(task, int(init_state_id), split, env.instruction, False)
+    episode.images = {cam: [] for cam in env.cameras}
+    prev_q = env.state()[:6]
+    success_since_s: float | None = None
+    for k in range(n_steps):
+        if k > 0:
+            obs = env.observe(render=render)
+        chunk = runner.infer(obs)
+        for cam in env.cameras if render else ():
+            episode.images[cam].append(obs.images[cam])
+        episode.states.append(obs.state.astype(np.float32))
+        episode.actions.append(chunk.positions[0].astype(np.float32))
+        a0, a1 = chunk.positions[0], chunk.positions[1]
+        for j in range(ticks_per_action):
+            env.step(a0 + (j + 1) / ticks_per_action * (a1 - a0))
+            q = env.state()[:6]
+            speed = float(np.max(np.abs(q - prev_q))) / env.control_dt_s
+            episode.max_joint_speed_rad_per_s = max(episode.max_joint_speed_rad_per_s, speed)
+            prev_q = q
+        if env.success():
+            success_since_s = env.time_s if success_since_s is None else success_since_s
+            if env.time_s - success_since_s >= success_hold_s - 1e-9:
+                episode.success = True
+                break
+        else:
+            success_since_s = None
+    episode.duration_s = env.time_s
+    episode.wall_s = time.perf_counter() - wall0
+    episode.penetrating_contacts = env.penetrating_contacts()
+    episode.replans = runner.expert.replans
+    return episode
+
+
+def write_episode(group: h5py.Group, episode: Episode, seed: int) -> None:
+    """Write one episode under ``group`` (``data/demo_<i>``)."""
+    obs = group.create_group("obs")
+    for cam, frames in episode.images.items():
+        obs.create_dataset(
+            f"{cam}_image",
+            data=np.stack(frames),
+            dtype=np.uint8,
+            compression="gzip",
+            compression_opts=4,
+            chunks=(1, *frames[0].shape),
+        )
+    obs.create_dataset("state", data=np.stack(episode.states))
+    group.create_dataset("actions", data=np.stack(episode.actions))
+    group.attrs["instruction"] = episode.instruction
+    group.attrs["task"] = episode.task
+    group.attrs["init_state_id"] = episode.init_state_id
+    group.attrs["split"] = episode.split
+    group.attrs["seed"] = seed
+    group.attrs["dt_action_s"] = DT_ACTION_S
+    group.attrs["success"] = episode.success
+    group.attrs["num_samples"] = len(episode.actions)
+
+
+def collect(
+    out_dir: Path,
+    tasks: list[str],
+    episodes_per_task: int,
+    image_size: int = 64,
+    seed: int = 0,
+    max_attempts_factor: int = 3,
+    progress: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Record ``episodes_per_task`` successful expert episodes per task.
+
+    Each task goes to ``out_dir/<task>.hdf5``. Training init-state ids start at
+    ``seed * 10000`` so different seeds give disjoint layouts. Returns per-task
+    statistics (successes, attempts, mean wall time).
+    """
+    for name in tasks:
+        get_task(name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = TabletopEnv(image_height=image_size, image_width=image_size, split="train")
+    runner = ExpertRunner(env)
+    stats: dict[str, dict[str, float]] = {}
+    bar = tqdm(total=episodes_per_task * len(tasks), disable=not progress, unit="demo")
+    try:
+        for name in tasks:
+            path = out_dir / f"{name}.hdf5"
+            kept = attempts = 0
+            walls = []
+            with h5py.File(path, "w") as f:
+                data = f.create_group("data")
+                data.attrs["suite"] = SUITE
+                data.attrs["task"] = name
+                data.attrs["cameras"] = list(env.cameras)
+                data.attrs["joint_names"] = list(env.joint_names)
+                data.attrs["image_size"] = image_size
+                data.attrs["dt_action_s"] = DT_ACTION_S
+                data.attrs["seed"] = seed
+                while (
+                    kept < episodes_per_task and attempts < max_attempts_factor * episodes_per_task
+                ):
+                    init_id = seed * 10_000 + attempts
+                    attempts += 1
+                    bar.set_postfix_str(f"{name} #{init_id}")
+                    episode = rollout_expert(env, runner, name, init_id, split="train")
+                    walls.append(episode.wall_s)
+                    if not episode.success:
+                        continue
+                    write_episode(data.create_group(f"demo_{kept}"), episode, seed)
+                    kept += 1
+                    bar.update(1)
+                data.attrs["total"] = int(sum(int(g.attrs["num_samples"]) for g in data.values()))
+            stats[name] = {
+                "successes": kept,
+                "attempts": attempts,
+                "mean_wall_s": float(np.mean(walls)) if walls else 0.0,
+            }
+    finally:
+        bar.close()
+        env.close()
+    return stats
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``vla-edge collect``."""
+    parser.add_argument("--suite", default=SUITE, choices=[SUITE], help="task suite")
+    parser.add_argument("--episodes-per-task", type=int, required=True, help="demos per task")
+    parser.add_argument("--out", type=Path, required=True, help="output folder (one HDF5 per task)")
+    parser.add_argument("--tasks", nargs="+", default=None, help="subset of tasks (default: all)")
+    parser.add_argument("--image-size", type=int, default=64, help="square image size (pixels)")
+    parser.add_argument("--seed", type=int, default=0, help="selects the training init states")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``vla-edge collect``."""
+    if args.episodes_per_task < 1:
+        raise SystemExit(f"--episodes-per-task = {args.episodes_per_task}: must be >= 1")
+    if not 8 <= args.image_size <= 640:
+        raise SystemExit(f"--image-size = {args.image_size}: must be in [8, 640]")
+    tasks = args.tasks or list_tasks()
+    try:
+        for name in tasks:
+            get_task(name)
+    except UnknownTaskError as exc:
+        raise SystemExit(str(exc)) from None
+    stats = collect(
+        args.out,
+        tasks,
+        args.episodes_per_task,
+        args.image_size,
+        args.seed,
+        progress=not args.no_progress,
+    )
+    for name, row in stats.items():
+        print(
+            f"{name}: {int(row['successes'])}/{int(row['attempts'])} successful, "
+            f"{row['mean_wall_s']:.1f} s per episode"
+        )
+    short = [n for n, r in stats.items() if r["successes"] < args.episodes_per_task]
+    return 1 if short else 0
+
+
+__all__ = [
+    "CAMERAS",
+    "Episode",
+    "add_arguments",
+    "collect",
+    "rollout_expert",
+    "run",
+    "write_episode",
+]

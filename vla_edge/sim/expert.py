@@ -1,0 +1,280 @@
+"""Scripted expert: privileged object poses -> Cartesian waypoints -> joint targets by IK.
+
+The plan is a sequence of minimum-jerk segments of the pinch point (position,
+heading of a downward-pointing hand, finger opening) on a timeline anchored at
+the start of the episode. Every call rebuilds the plan from the current object
+poses (closed loop: a nudged block moves the grasp) while the timeline keeps
+consecutive chunks consistent, so late or merged chunks agree. A failed grasp
+or an unfinished task after the last segment restarts the plan from the
+commanded pose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vla_edge.sim.env import TabletopEnv
+from vla_edge.sim.ik import ArmIK, yaw_down_quat
+from vla_edge.sim.tasks import (
+    BLOCK_HALF_M,
+    BOWL_FLOOR_TOP_M,
+    GRIPPER_OPEN_M,
+    PLATE_TOP_M,
+    SceneState,
+    Task,
+    is_success,
+)
+
+SPEED_M_PER_S = 0.12
+YAW_RATE_RAD_PER_S = 0.5
+PRE_GRASP_Z_M = 0.10
+CARRY_Z_M = 0.12
+RETREAT_Z_M = 0.16
+GRASP_ABOVE_CENTRE_M = 0.0035
+RELEASE_GAP_M = 0.006
+PUSH_Z_M = 0.017
+PUSH_SPEED_M_PER_S = 0.05
+
+
+@dataclass
+class Segment:
+    """Minimum-jerk motion of the pinch point between two waypoints."""
+
+    t0_s: float
+    t1_s: float
+    pos0_m: np.ndarray
+    pos1_m: np.ndarray
+    yaw0_rad: float
+    yaw1_rad: float
+    grip0_m: float
+    grip1_m: float
+    label: str
+
+    def sample(self, t_s: float) -> tuple[np.ndarray, float, float]:
+        """Position, heading and opening at ``t_s`` (clamped to the segment)."""
+        span = max(self.t1_s - self.t0_s, 1e-9)
+        s = float(np.clip((t_s - self.t0_s) / span, 0.0, 1.0))
+        a = s * s * s * (10.0 - 15.0 * s + 6.0 * s * s)
+        pos = self.pos0_m + a * (self.pos1_m - self.pos0_m)
+        return (
+            pos,
+            self.yaw0_rad + a * (self.yaw1_rad - self.yaw0_rad),
+            self.grip0_m + a * (self.grip1_m - self.grip0_m),
+        )
+
+
+def hand_yaw_rad(quat: np.ndarray) -> float:
+    """Heading of a (roughly) downward-pointing hand, as in :func:`yaw_down_quat`."""
+    w, x, y, z = quat
+    # first column of the rotation matrix: the hand's x axis = Rz(yaw) * (-1, 0, 0)
+    col_x = np.array([1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y + w * z)])
+    return float(np.arctan2(-col_x[1], -col_x[0]))
+
+
+def nearest_equivalent(angle_rad: float, reference_rad: float, period_rad: float) -> float:
+    """The angle ``angle_rad + k * period_rad`` closest to ``reference_rad``."""
+    k = np.round((reference_rad - angle_rad) / period_rad)
+    return float(angle_rad + k * period_rad)
+
+
+class ScriptedExpert:
+    """Plans joint-position targets for the env's current task from privileged state.
+
+    Args:
+        env: the tabletop env whose object poses and task it reads.
+        dt_action_s: spacing of the targets it returns.
+        horizon: number of targets per call.
+    """
+
+    def __init__(self, env: TabletopEnv, dt_action_s: float = 0.1, horizon: int = 10) -> None:
+        self.env = env
+        self.dt_action_s = float(dt_action_s)
+        self.horizon = int(horizon)
+        self.ik = ArmIK(env.model)
+        self._episode = -1
+        self.replans = 0
+
+    # ----------------------------------------------------------------- state
+    def reset(self) -> None:
+        """Anchor a new plan at the env's current time and pose."""
+        pos, quat = self.env.ee_pose()
+        self._episode = self.env.episode_index
+        self._origin_s = self.env.time_s
+        self._origin_pos = pos
+        self._origin_yaw = hand_yaw_rad(quat)
+        self._origin_grip = float(self.env.state()[6])
+        self._frozen: dict[str, np.ndarray | float] = {}
+        self.replans = 0
+
+    def _restart(self, t_s: float, segments: list[Segment]) -> None:
+        pos, yaw, grip = _sample(segments, t_s)
+        self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip = t_s, pos, yaw, grip
+        self._frozen = {}
+        self.replans += 1
+
+    # ------------------------------------------------------------------ plan
+    def plan(self, scene: SceneState | None = None) -> list[Segment]:
+        """The segments of the current plan, from the current object poses."""
+        scene = scene if scene is not None else self.env.scene_state()
+        task = self.env.task
+        builder = _Builder(self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip)
+        if task.kind == "push":
+            self._plan_push(builder, task, scene)
+        else:
+            self._plan_pick(builder, task, scene)
+        return builder.segments
+
+    def _grasp(self, task: Task, scene: SceneState, start_yaw: float) -> tuple[np.ndarray, float]:
+        if "grasp_pos" in self._frozen:
+            return self._frozen["grasp_pos"], float(self._frozen["grasp_yaw"])  # type: ignore[arg-type]
+        pos = scene.positions_m[task.obj].copy()
+        yaw = nearest_equivalent(scene.yaw_rad(task.obj), start_yaw, np.pi / 2.0)
+        return pos, yaw
+
+    def _plan_pick(self, b: _Builder, task: Task, scene: SceneState) -> None:
+        obj_pos, yaw = self._grasp(task, scene, b.yaw)
+        grasp_z = obj_pos[2] + GRASP_ABOVE_CENTRE_M
+        b.move("approach", [obj_pos[0], obj_pos[1], PRE_GRASP_Z_M], yaw, GRIPPER_OPEN_M)
+        b.move("descend", [obj_pos[0], obj_pos[1], grasp_z], yaw, GRIPPER_OPEN_M, min_s=1.0)
+        b.hold("close", 0.6, 0.0)
+        b.hold("settle", 0.3, 0.0)
+        self._close_s = b.segments[-2].t0_s
+        b.move("lift", [obj_pos[0], obj_pos[1], CARRY_Z_M], yaw, 0.0, min_s=1.0)
+        self._lift_end_s = b.t_s
+        if task.kind == "lift":
+            b.move("raise", [obj_pos[0], obj_pos[1], RETREAT_Z_M], yaw, 0.0, min_s=0.5)
+            b.hold("hold", 1e6, 0.0)
+            self._open_s = self._end_s = np.inf
+            return
+        ref = task.ref or "bowl"
+        dest = scene.positions_m[ref].copy()
+        if task.kind == "place_in":
+            support_z = BOWL_FLOOR_TOP_M + 0.02
+            dest_yaw = yaw
+        elif task.kind == "place_on":
+            support_z = PLATE_TOP_M
+            dest_yaw = yaw
+        else:  # stack
+            support_z = dest[2] + BLOCK_HALF_M
+            dest_yaw = nearest_equivalent(scene.yaw_rad(ref), yaw, np.pi / 2.0)
+        release_z = support_z + BLOCK_HALF_M + RELEASE_GAP_M + GRASP_ABOVE_CENTRE_M
+        b.move("carry", [dest[0], dest[1], CARRY_Z_M], dest_yaw, 0.0)
+        b.move("lower", [dest[0], dest[1], release_z], dest_yaw, 0.0, min_s=0.8)
+        self._open_s = b.t_s
+        b.hold("open", 0.5, GRIPPER_OPEN_M)
+        b.move("retreat", [dest[0], dest[1], RETREAT_Z_M], dest_yaw, GRIPPER_OPEN_M, min_s=0.8)
+        self._end_s = b.t_s
+        b.hold("hold", 1e6, GRIPPER_OPEN_M)
+
+    def _plan_push(self, b: _Builder, task: Task, scene: SceneState) -> None:
+        if "push_from" in self._frozen:
+            start = self._frozen["push_from"]
+            u = self._frozen["push_dir"]
+        else:
+            start = scene.positions_m[task.obj][:2].copy()
+            delta = scene.target_xy_m - start
+            u = delta / max(float(np.linalg.norm(delta)), 1e-6)
+        assert isinstance(start, np.ndarray) and isinstance(u, np.ndarray)
+        # fingers closed; the pads' flat side (normal = hand y) faces the push direction
+        yaw = nearest_equivalent(float(np.arctan2(-u[0], u[1])), b.yaw, np.pi)
+        standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + 0.015
+        pre = start - standoff_m * u
+        end = scene.target_xy_m - (BLOCK_HALF_M + 0.01 + 0.002) * u
+        b.move("approach", [pre[0], pre[1], PRE_GRASP_Z_M], yaw, 0.0)
+        b.move("descend", [pre[0], pre[1], PUSH_Z_M], yaw, 0.0, min_s=1.0)
+        self._close_s = b.t_s
+        dist = float(np.linalg.norm(end - pre))
+        b.move("push", [end[0], end[1], PUSH_Z_M], yaw, 0.0, min_s=dist / PUSH_SPEED_M_PER_S)
+        b.move("retreat", [end[0], end[1], PRE_GRASP_Z_M], yaw, 0.0, min_s=0.8)
+        self._lift_end_s = self._open_s = np.inf
+        self._end_s = b.t_s
+        b.hold("hold", 1e6, 0.0)
+
+    def _freeze(self, task: Task, scene: SceneState, t_s: float, segments: list[Segment]) -> None:
+        """Fix the grasp (or push line) once the fingers close on the object."""
+        if self._frozen or t_s < self._close_s:
+            return
+        if task.kind == "push":
+            start = scene.positions_m[task.obj][:2].copy()
+            delta = scene.target_xy_m - start
+            self._frozen = {
+                "push_from": start,
+                "push_dir": delta / max(np.linalg.norm(delta), 1e-6),
+            }
+        else:
+            pos, yaw = self._grasp(task, scene, self._origin_yaw)
+            self._frozen = {"grasp_pos": pos, "grasp_yaw": yaw}
+
+    # ---------------------------------------------------------------- chunks
+    def targets(self, t_s: float) -> np.ndarray:
+        """``[H, 7]`` targets for ``t_s + i * dt_action_s`` from the current state."""
+        if self._episode != self.env.episode_index:
+            self.reset()
+        task = self.env.task
+        scene = self.env.scene_state()
+        segments = self.plan(scene)
+        self._freeze(task, scene, t_s, segments)
+        segments = self.plan(scene)
+        ee_pos, _ = self.env.ee_pose()
+        held = float(np.linalg.norm(scene.positions_m[task.obj] - ee_pos)) < 0.03
+        if self._lift_end_s + 0.2 <= t_s < self._open_s and not held:
+            self._restart(t_s, segments)
+            segments = self.plan(scene)
+        elif t_s >= self._end_s + 0.3 and not is_success(task, scene):
+            self._restart(t_s, segments)
+            segments = self.plan(scene)
+        out = np.empty((self.horizon, 7))
+        q = self.env.state()[:6]
+        for i in range(self.horizon):
+            pos, yaw, grip = _sample(segments, t_s + i * self.dt_action_s)
+            q, _ = self.ik.solve(pos, yaw_down_quat(yaw), q)
+            out[i, :6] = q
+            out[i, 6] = grip
+        return out
+
+
+class _Builder:
+    """Appends segments one after the other, each starting where the last ended."""
+
+    def __init__(self, t_s: float, pos: np.ndarray, yaw: float, grip: float) -> None:
+        self.t_s, self.pos, self.yaw, self.grip = t_s, np.asarray(pos, dtype=float), yaw, grip
+        self.segments: list[Segment] = []
+
+    def move(
+        self, label: str, pos: list[float], yaw: float, grip: float, min_s: float = 0.8
+    ) -> None:
+        target = np.asarray(pos, dtype=float)
+        dist = float(np.linalg.norm(target - self.pos))
+        dur = max(min_s, dist / SPEED_M_PER_S, abs(yaw - self.yaw) / YAW_RATE_RAD_PER_S)
+        if grip != self.grip:
+            dur = max(dur, 0.5)
+        dur = float(np.ceil(dur * 10.0) / 10.0)
+        seg = Segment(
+            self.t_s, self.t_s + dur, self.pos, target, self.yaw, yaw, self.grip, grip, label
+        )
+        self.segments.append(seg)
+        self.t_s, self.pos, self.yaw, self.grip = seg.t1_s, target, yaw, grip
+
+    def hold(self, label: str, dur_s: float, grip: float) -> None:
+        seg = Segment(
+            self.t_s,
+            self.t_s + dur_s,
+            self.pos,
+            self.pos,
+            self.yaw,
+            self.yaw,
+            self.grip,
+            grip,
+            label,
+        )
+        self.segments.append(seg)
+        self.t_s, self.grip = seg.t1_s, grip
+
+
+def _sample(segments: list[Segment], t_s: float) -> tuple[np.ndarray, float, float]:
+    for seg in segments:
+        if t_s < seg.t1_s:
+            return seg.sample(t_s)
+    return segments[-1].sample(t_s)
