@@ -1,10 +1,12 @@
 """Plain data types shared by every layer (numpy only)."""
 
 from vla_edge.core.errors import (
+    CheckpointError,
     ChunkRejectedError,
     CommandJointMismatchError,
     CommandOutOfLimitsError,
     ConfigError,
+    DatasetError,
     EmptyChunkError,
     FutureChunkError,
     InvalidActionError,
@@ -26,10 +28,12 @@ from vla_edge.core.types import ActionChunk, JointCommand, Observation
 
 __all__ = [
     "ActionChunk",
+    "CheckpointError",
     "ChunkRejectedError",
     "CommandJointMismatchError",
     "CommandOutOfLimitsError",
     "ConfigError",
+    "DatasetError",
     "EmptyChunkError",
     "FutureChunkError",
     "InvalidActionError",

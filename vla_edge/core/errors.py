@@ -128,6 +128,10 @@ class WatchdogError(VlaEdgeError):
     """A watchdog heartbeat is unknown or configured with an invalid timeout."""
 
 
+class CheckpointError(VlaEdgeError):
+    """A policy checkpoint is missing, unreadable or lacks a required field."""
+
+
 class UnknownTaskError(VlaEdgeError):
     """A task name is not part of the requested suite."""
 
@@ -138,3 +142,7 @@ class InitStateOutOfRangeError(VlaEdgeError):
 
 class AssetNotFoundError(VlaEdgeError):
     """A simulator asset (MJCF) could not be found in the source tree or share/."""
+
+
+class DatasetError(VlaEdgeError):
+    """A demonstration dataset is missing, empty or does not match the model's shapes."""

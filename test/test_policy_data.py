@@ -1,0 +1,70 @@
+import h5py
+import numpy as np
+import pytest
+from policy_synthetic import CAMERAS, INSTRUCTIONS, write_dataset
+
+from vla_edge.core.errors import DatasetError
+from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
+
+
+def test_episodes_are_read_in_order_with_instruction_and_task(tmp_path) -> None:
+    path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=2, steps=12)
+    episodes = load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)
+    assert [ep.name.split("/")[1] for ep in episodes] == ["demo_0", "demo_1", "demo_2", "demo_3"]
+    assert episodes[0].instruction == INSTRUCTIONS[0]
+    assert episodes[3].task == "task_1"
+    assert episodes[0].images["wrist"].shape == (12, 32, 32, 3)
+    assert path.is_file()
+
+
+def test_chunks_are_padded_with_the_last_action_row(tmp_path) -> None:
+    write_dataset(tmp_path / "demos.hdf5", episodes_per_task=1, steps=12)
+    episodes = load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)
+    samples = ChunkSamples(episodes, list(CAMERAS), horizon=10)
+    assert len(samples) == 24
+    ep = episodes[0]
+    np.testing.assert_array_equal(samples.chunks(np.array([0]))[0], ep.actions[:10])
+    last = samples.chunks(np.array([11]))[0]
+    np.testing.assert_array_equal(last, np.repeat(ep.actions[-1:], 10, axis=0))
+    chunk5 = samples.chunks(np.array([5]))[0]
+    np.testing.assert_array_equal(chunk5[:7], ep.actions[5:12])
+    np.testing.assert_array_equal(chunk5[7:], np.repeat(ep.actions[-1:], 3, axis=0))
+    assert samples.image_batch(np.array([0, 13])).shape == (2, 2, 32, 32, 3)
+    assert samples.instructions == sorted(INSTRUCTIONS)
+
+
+def test_split_holds_out_episodes_of_every_task(tmp_path) -> None:
+    write_dataset(tmp_path / "demos.hdf5", episodes_per_task=4, steps=5)
+    episodes = load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)
+    train, val = split_episodes(episodes, 0.25, seed=0)
+    assert len(train) == 6 and len(val) == 2
+    assert {ep.task for ep in val} == {"task_0", "task_1"}
+    again_train, _ = split_episodes(episodes, 0.25, seed=0)
+    assert [e.name for e in again_train] == [e.name for e in train]
+
+
+def test_missing_camera_raises_dataset_error_naming_it(tmp_path) -> None:
+    write_dataset(tmp_path / "demos.hdf5", episodes_per_task=1, steps=5)
+    with pytest.raises(DatasetError, match="obs/top_image is missing"):
+        load_episodes(tmp_path, ["agentview", "top"], (32, 32), 7)
+
+
+def test_wrong_image_size_raises_dataset_error_with_both_shapes(tmp_path) -> None:
+    write_dataset(tmp_path / "demos.hdf5", episodes_per_task=1, steps=5)
+    with pytest.raises(
+        DatasetError, match=r"uint8 \(5, 32, 32, 3\), expected uint8 \(5, 64, 64, 3\)"
+    ):
+        load_episodes(tmp_path, list(CAMERAS), (64, 64), 7)
+
+
+def test_non_finite_actions_raise_dataset_error(tmp_path) -> None:
+    path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=1, steps=5)
+    with h5py.File(path, "a") as h5:
+        h5["data/demo_0/actions"][2, 3] = np.nan
+    with pytest.raises(DatasetError, match="actions holds non-finite"):
+        load_episodes(path, list(CAMERAS), (32, 32), 7)
+
+
+def test_empty_folder_raises_dataset_error(tmp_path) -> None:
+    with pytest.raises(DatasetError, match="no .hdf5/.h5 file inside"):
+        load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)

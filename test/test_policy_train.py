@@ -1,0 +1,128 @@
+import time
+
+import numpy as np
+import pytest
+import torch
+from policy_synthetic import CAMERAS, INSTRUCTIONS, make_episode, tiny_config, write_dataset
+
+from vla_edge.core.errors import CheckpointError
+from vla_edge.core.types import Observation
+from vla_edge.policy.config import TrainConfig, TrainFileConfig
+from vla_edge.policy.model import load_checkpoint
+from vla_edge.policy.train import learning_rate_at, train
+from vla_edge.runners.torch_runner import TorchRunner
+
+torch.set_num_threads(1)
+
+
+def _file_cfg(steps: int) -> TrainFileConfig:
+    return TrainFileConfig(
+        model=tiny_config(),
+        train=TrainConfig(
+            steps=steps,
+            batch_size=16,
+            flow_samples_per_obs=2,
+            learning_rate=2e-3,
+            warmup_steps=20,
+            val_episode_fraction=0.25,
+            val_every=100,
+            val_batches=2,
+            checkpoint_every=100,
+            shift_pixels=1,
+            num_threads=1,
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    write_dataset(root / "data" / "demos.hdf5", episodes_per_task=4, steps=20)
+    t0 = time.perf_counter()
+    summary = train(root / "data", root / "policy.pt", _file_cfg(300), progress=False)
+    return summary, root, time.perf_counter() - t0
+
+
+def test_tiny_config_loss_falls_by_at_least_half_within_a_minute(trained) -> None:
+    summary, _, wall_s = trained
+    losses = [v for _, v in summary["history"]["train_loss"]]
+    first, last = np.mean(losses[:20]), np.mean(losses[-20:])
+    assert last <= 0.5 * first, (first, last)
+    vals = [v for _, v in summary["history"]["val_loss"]]
+    assert len(vals) == 3 and vals[-1] < vals[0]
+    assert wall_s < 60.0
+
+
+def test_checkpoint_holds_stats_config_and_training_metadata(trained) -> None:
+    _, root, _ = trained
+    policy = load_checkpoint(root / "policy.pt")
+    info = policy.checkpoint_info
+    assert info["step"] == 300
+    assert info["train_config"]["batch_size"] == 16
+    assert info["meta"]["instructions"] == sorted(INSTRUCTIONS)
+    assert info["meta"]["episodes_val"] == 2
+    assert np.all(policy.stats.action_std > 0.0)
+    assert policy.config.image_height == 32
+
+
+def _observation(instruction: str, task_id: int, k: int = 3) -> Observation:
+    ep = make_episode(task_id, seed=100 * task_id)
+    return Observation(
+        stamp_s=1.0,
+        images={cam: ep["images"][cam][k] for cam in CAMERAS},
+        state=ep["state"][k].astype(np.float64),
+        instruction=instruction,
+    )
+
+
+def test_trained_policy_follows_the_demonstrations(trained) -> None:
+    _, root, _ = trained
+    runner = TorchRunner(root / "policy.pt", seed=0)
+    obs = _observation(INSTRUCTIONS[0], 0)
+    chunk = runner.infer(obs, noise=np.zeros((10, 7), dtype=np.float32))
+    expected = make_episode(0, seed=0)["actions"][3:13]
+    error = np.abs(chunk.positions[:, :6] - expected[:, :6]).mean()
+    assert error < 0.05, error
+
+
+def test_changing_only_the_instruction_changes_the_actions(trained) -> None:
+    _, root, _ = trained
+    runner = TorchRunner(root / "policy.pt", seed=0)
+    noise = np.random.default_rng(0).standard_normal((10, 7)).astype(np.float32)
+    a = runner.infer(_observation(INSTRUCTIONS[0], 0), noise=noise).positions
+    b = runner.infer(_observation(INSTRUCTIONS[1], 0), noise=noise).positions
+    # the two instructions were demonstrated moving joint1 in opposite directions
+    assert a[-1, 0] - a[0, 0] > 0.1
+    assert b[-1, 0] - b[0, 0] < -0.1
+
+
+def test_resume_continues_to_the_same_weights_as_an_uninterrupted_run(tmp_path, trained) -> None:
+    _, root, _ = trained
+    cfg = _file_cfg(40)
+    cfg.train.checkpoint_every = 20
+    full = train(root / "data", tmp_path / "full.pt", cfg, progress=False)
+    cfg_half = _file_cfg(20)
+    train(root / "data", tmp_path / "resumed.pt", cfg_half, progress=False)
+    resumed = train(root / "data", tmp_path / "resumed.pt", cfg, resume=True, progress=False)
+    assert resumed["start_step"] == 20
+    a = load_checkpoint(tmp_path / "full.pt").checkpoint_info["weights_sha256"]
+    b = load_checkpoint(tmp_path / "resumed.pt").checkpoint_info["weights_sha256"]
+    assert a == b
+    assert full["train_loss_last"] == resumed["train_loss_last"]
+
+
+def test_resume_with_a_different_model_is_refused(tmp_path, trained) -> None:
+    _, root, _ = trained
+    train(root / "data", tmp_path / "p.pt", _file_cfg(2), progress=False)
+    other = _file_cfg(4)
+    other.model = tiny_config(d_model=64)
+    with pytest.raises(CheckpointError, match="model_config.d_model = 32"):
+        train(root / "data", tmp_path / "p.pt", other, resume=True, progress=False)
+
+
+def test_learning_rate_warms_up_then_decays_to_the_minimum() -> None:
+    cfg = TrainConfig(steps=1000, warmup_steps=100, learning_rate=1e-3, min_learning_rate=1e-5)
+    assert learning_rate_at(0, cfg) == pytest.approx(1e-5)
+    assert learning_rate_at(99, cfg) == pytest.approx(1e-3)
+    assert learning_rate_at(550, cfg) < 1e-3
+    assert learning_rate_at(1000, cfg) == pytest.approx(1e-5)

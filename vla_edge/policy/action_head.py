@@ -1,0 +1,128 @@
+"""Stage 4, ``action_head``: flow matching over an action chunk, with an executed prefix.
+
+Convention (π0): ``x_tau = tau * actions + (1 - tau) * noise``; ``tau = 0`` is
+pure noise, ``tau = 1`` the clean chunk; the network predicts the velocity
+``actions - noise``. Inference integrates ``K`` Euler steps from ``tau = 0``
+to ``1``; the loop is unrolled in ``forward`` (``K`` fixed at construction).
+
+Prefix conditioning: the first ``d`` rows of the chunk may be known (the
+steps that execute while inference runs). Those rows are held at their known
+values with flow time 1 (clean) at every Euler step, and are excluded from
+the training loss; training samples ``d`` at random in ``0..max_prefix_len``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from vla_edge.policy.config import PolicyConfig
+from vla_edge.policy.layers import CrossAttentionBlock
+
+
+def time_embedding(tau: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal embedding ``[..., dim]`` of flow times ``tau [...]`` in [0, 1]."""
+    half = dim // 2
+    min_period, max_period = 4e-3, 4.0
+    fraction = torch.arange(half, dtype=torch.float32, device=tau.device) / max(half - 1, 1)
+    period = min_period * (max_period / min_period) ** fraction
+    angles = tau.unsqueeze(-1) * (2.0 * math.pi / period)
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+
+
+class ActionHead(nn.Module):
+    """``(context, noise, prefix_actions, prefix_mask) -> actions_norm [B, H, A]``."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        super().__init__()
+        d = config.d_model
+        self.d_model = d
+        self.horizon = config.chunk_horizon
+        self.action_dim = config.action_dim
+        self.flow_steps = config.flow_steps
+        self.action_in = nn.Linear(config.action_dim, d)
+        self.time_mix = nn.Sequential(nn.Linear(2 * d, d), nn.SiLU(), nn.Linear(d, d))
+        self.position = nn.Parameter(torch.randn(1, config.chunk_horizon, d) * 0.02)
+        self.context_norm = nn.LayerNorm(d)
+        self.blocks = nn.ModuleList(
+            CrossAttentionBlock(d, config.num_heads, config.mlp_ratio)
+            for _ in range(config.head_layers)
+        )
+        self.norm = nn.LayerNorm(d)
+        self.action_out = nn.Linear(d, config.action_dim)
+
+    def context_keys_values(self, context: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-block cross-attention keys/values; computed once per chunk."""
+        ctx = self.context_norm(context)
+        return [block.context_keys_values(ctx) for block in self.blocks]
+
+    def velocity(
+        self,
+        x: torch.Tensor,
+        tau_tokens: torch.Tensor,
+        context_kv: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        """Predicted velocity ``[B, H, A]`` at chunk ``x`` with per-row flow times ``[B, H]``."""
+        h = torch.cat([self.action_in(x), time_embedding(tau_tokens, self.d_model)], dim=-1)
+        h = self.time_mix(h) + self.position
+        for block, (k, v) in zip(self.blocks, context_kv, strict=True):
+            h = block(h, k, v)
+        return self.action_out(self.norm(h))
+
+    def forward(
+        self,
+        context: torch.Tensor,
+        noise: torch.Tensor,
+        prefix_actions: torch.Tensor,
+        prefix_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Integrate ``K`` Euler steps from ``noise``; prefix rows (mask 1) are held fixed.
+
+        Args:
+            context: ``[B, T_c, D]`` from the fusion stage.
+            noise: ``[B, H, A]`` standard-normal start of the flow.
+            prefix_actions: ``[B, H, A]`` normalised known rows (others ignored).
+            prefix_mask: ``[B, H]`` float, 1 for a known row, 0 otherwise.
+        """
+        context_kv = self.context_keys_values(context)
+        keep = prefix_mask.unsqueeze(-1)
+        known = prefix_actions * keep
+        free = 1.0 - keep
+        dt = 1.0 / self.flow_steps
+        x = noise
+        for step in range(self.flow_steps):
+            tau = step * dt
+            x = known + free * x
+            tau_tokens = prefix_mask + (1.0 - prefix_mask) * tau
+            x = x + dt * self.velocity(x, tau_tokens, context_kv)
+        return known + free * x
+
+    def flow_matching_loss(
+        self,
+        context: torch.Tensor,
+        actions: torch.Tensor,
+        noise: torch.Tensor,
+        tau: torch.Tensor,
+        prefix_len: torch.Tensor,
+    ) -> torch.Tensor:
+        """Mean squared velocity error over the rows after each sample's prefix.
+
+        Args:
+            context: ``[B, T_c, D]``.
+            actions: ``[B, H, A]`` normalised target chunks.
+            noise: ``[B, H, A]``.
+            tau: ``[B]`` flow times in [0, 1].
+            prefix_len: ``[B]`` int, number of known leading rows per sample.
+        """
+        rows = torch.arange(self.horizon, device=actions.device)
+        prefix_mask = (rows.unsqueeze(0) < prefix_len.unsqueeze(1)).to(actions.dtype)
+        keep = prefix_mask.unsqueeze(-1)
+        t = tau.view(-1, 1, 1)
+        x_tau = t * actions + (1.0 - t) * noise
+        x_in = keep * actions + (1.0 - keep) * x_tau
+        tau_tokens = prefix_mask + (1.0 - prefix_mask) * tau.view(-1, 1)
+        pred = self.velocity(x_in, tau_tokens, self.context_keys_values(context))
+        err = (pred - (actions - noise)) ** 2 * (1.0 - keep)
+        return err.sum() / ((1.0 - keep).sum() * self.action_dim).clamp(min=1.0)

@@ -1,0 +1,140 @@
+"""Model and training configuration of the VLA policy (validated, JSON-able).
+
+Both models serialise to plain JSON with ``model_dump(mode="json")``; a
+checkpoint stores them that way so no Python class is ever pickled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vla_edge.config.loader import load_yaml_file, validate_params
+from vla_edge.config.models import DEFAULT_JOINT_NAMES
+from vla_edge.core.errors import ConfigError
+
+LANGUAGE_DIM = 384
+"""Width of the all-MiniLM-L6-v2 sentence embedding."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PolicyConfig(_Strict):
+    """Shapes and sizes of the four stages; binding for every exporter and runner.
+
+    ``delta_actions[j]`` true means dimension ``j`` of an action chunk is
+    predicted relative to the current state (``action - state[j]``) before
+    normalisation; false means absolute. Runners and exporters apply the same
+    transform through :class:`vla_edge.policy.normalize.ActionCodec`.
+    """
+
+    joint_names: list[str] = Field(default_factory=lambda: list(DEFAULT_JOINT_NAMES), min_length=1)
+    cameras: list[str] = Field(default_factory=lambda: ["agentview", "wrist"], min_length=1)
+    image_height: int = Field(64, ge=16, le=1024)
+    image_width: int = Field(64, ge=16, le=1024)
+    chunk_horizon: int = Field(10, ge=1, le=256)
+    dt_action_s: float = Field(0.1, gt=0.0, le=1.0)
+    flow_steps: int = Field(10, ge=1, le=100)
+    max_prefix_len: int = Field(4, ge=0, le=255)
+    delta_actions: list[bool] = Field(
+        default_factory=lambda: [True, True, True, True, True, True, False]
+    )
+    max_instruction_tokens: int = Field(32, ge=4, le=256)
+    d_model: int = Field(128, ge=8, le=1024)
+    num_heads: int = Field(4, ge=1, le=32)
+    mlp_ratio: int = Field(4, ge=1, le=8)
+    vision_channels: list[int] = Field(default_factory=lambda: [32, 64, 128], min_length=1)
+    vision_downsample: int = Field(16, ge=2, le=64)
+    fusion_layers: int = Field(2, ge=1, le=12)
+    head_layers: int = Field(3, ge=1, le=12)
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> PolicyConfig:
+        if self.d_model % self.num_heads != 0:
+            raise ValueError(
+                f"d_model={self.d_model} must be a multiple of num_heads={self.num_heads}"
+            )
+        if len(self.delta_actions) != len(self.joint_names):
+            raise ValueError(
+                f"delta_actions has {len(self.delta_actions)} entries, expected "
+                f"{len(self.joint_names)} (one per joint name)"
+            )
+        if self.vision_downsample & (self.vision_downsample - 1):
+            raise ValueError(f"vision_downsample={self.vision_downsample} must be a power of two")
+        for name in ("image_height", "image_width"):
+            size = getattr(self, name)
+            if size % self.vision_downsample != 0:
+                raise ValueError(
+                    f"{name}={size} must be a multiple of vision_downsample="
+                    f"{self.vision_downsample}"
+                )
+        if self.max_prefix_len >= self.chunk_horizon:
+            raise ValueError(
+                f"max_prefix_len={self.max_prefix_len} must be < chunk_horizon={self.chunk_horizon}"
+            )
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f"cameras must be unique, got {self.cameras}")
+        return self
+
+    @property
+    def action_dim(self) -> int:
+        """``A``: number of action (and state) dimensions."""
+        return len(self.joint_names)
+
+    @property
+    def tokens_per_camera(self) -> int:
+        """``T_v``: visual tokens per camera (one per cell of the downsampled grid)."""
+        return (self.image_height // self.vision_downsample) * (
+            self.image_width // self.vision_downsample
+        )
+
+    @property
+    def context_tokens(self) -> int:
+        """``T_c``: visual tokens of all cameras plus one language and one state token."""
+        return len(self.cameras) * self.tokens_per_camera + 2
+
+
+class TrainConfig(_Strict):
+    """Optimisation settings of ``vla-edge train``."""
+
+    seed: int = 0
+    steps: int = Field(6000, ge=1, le=10_000_000)
+    batch_size: int = Field(64, ge=1, le=4096)
+    flow_samples_per_obs: int = Field(4, ge=1, le=64)
+    learning_rate: float = Field(3e-4, gt=0.0, le=1.0)
+    min_learning_rate: float = Field(1e-5, ge=0.0, le=1.0)
+    weight_decay: float = Field(1e-4, ge=0.0, le=1.0)
+    warmup_steps: int = Field(200, ge=0)
+    grad_clip_norm: float = Field(1.0, gt=0.0)
+    val_episode_fraction: float = Field(0.05, ge=0.0, lt=1.0)
+    val_every: int = Field(500, ge=1)
+    val_batches: int = Field(8, ge=1)
+    checkpoint_every: int = Field(500, ge=1)
+    shift_pixels: int = Field(4, ge=0, le=32)
+    num_threads: int = Field(2, ge=1, le=256)
+    time_beta_alpha: float = Field(1.5, gt=0.0)
+    time_beta_beta: float = Field(1.0, gt=0.0)
+
+
+class TrainFileConfig(_Strict):
+    """A training YAML: ``model:`` and ``train:`` sections, both optional."""
+
+    model: PolicyConfig = Field(default_factory=PolicyConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+def load_train_file(path: str | Path) -> TrainFileConfig:
+    """Load a training YAML; errors name the file, the field, the value and the bound."""
+    data: dict[str, Any] = load_yaml_file(path)
+    return validate_params(TrainFileConfig, data, str(path))
+
+
+def policy_config_from_dict(data: dict[str, Any], source: str = "checkpoint") -> PolicyConfig:
+    """Validate a stored model config (e.g. from a checkpoint)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: model config must be a mapping, got {type(data).__name__}")
+    return validate_params(PolicyConfig, data, source)

@@ -1,0 +1,190 @@
+"""``TorchRunner``: the reference backend, eager PyTorch on the policy's four stages.
+
+Every edge backend is compared with it (parity, closed-loop success). It
+validates the observation before touching torch, caches the language
+embedding per instruction, normalises the state and the executed prefix with
+the checkpoint's statistics, and returns absolute joint targets.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.types import ActionChunk, Observation
+from vla_edge.policy.model import VlaPolicy, load_checkpoint
+from vla_edge.runners.base import RunnerSpec
+
+
+def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
+    """Raise :class:`InvalidObservationError` naming the field, value and bound."""
+    if not isinstance(obs.images, dict):
+        raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")
+    got, want = sorted(obs.images), sorted(spec.cameras)
+    if got != want:
+        raise InvalidObservationError(
+            f"images has cameras {got} ({len(got)}), expected {want} ({len(want)})"
+        )
+    shape = (spec.image_height, spec.image_width, 3)
+    for cam in spec.cameras:
+        img = obs.images[cam]
+        if not isinstance(img, np.ndarray):
+            raise InvalidObservationError(
+                f"images[{cam!r}] must be a numpy array, got {type(img).__name__}"
+            )
+        if img.dtype != np.uint8:
+            raise InvalidObservationError(f"images[{cam!r}] dtype = {img.dtype}, expected uint8")
+        if img.shape != shape:
+            raise InvalidObservationError(
+                f"images[{cam!r}] shape = {img.shape}, expected {shape} (height, width, RGB)"
+            )
+    state = np.asarray(obs.state)
+    if state.shape != (spec.action_dim,):
+        raise InvalidObservationError(f"state shape = {state.shape}, expected ({spec.action_dim},)")
+    if not np.all(np.isfinite(state.astype(np.float64))):
+        raise InvalidObservationError(f"state = {state.tolist()} holds a non-finite value")
+    if not isinstance(obs.instruction, str) or not obs.instruction.strip():
+        raise InvalidObservationError(f"instruction = {obs.instruction!r} is empty")
+
+
+class TorchRunner:
+    """Run a :class:`VlaPolicy` in eager PyTorch.
+
+    Args:
+        policy: a policy or a checkpoint path.
+        threads: torch intra-op threads (``None`` leaves torch's setting).
+        seed: seed of the noise generator used when ``infer`` gets no noise.
+        flow_steps: override the number of Euler steps ``K`` (``None``: the config's).
+    """
+
+    def __init__(
+        self,
+        policy: VlaPolicy | str | Path,
+        threads: int | None = None,
+        seed: int = 0,
+        flow_steps: int | None = None,
+    ) -> None:
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        if not isinstance(policy, VlaPolicy):
+            policy = load_checkpoint(policy, load_language=True)
+        policy.ensure_language_encoder()
+        policy.eval()
+        if flow_steps is not None:
+            policy.action_head.flow_steps = int(flow_steps)
+        self.policy = policy
+        cfg = policy.config
+        self.spec = RunnerSpec(
+            joint_names=tuple(cfg.joint_names),
+            chunk_horizon=cfg.chunk_horizon,
+            dt_action_s=cfg.dt_action_s,
+            cameras=tuple(cfg.cameras),
+            image_height=cfg.image_height,
+            image_width=cfg.image_width,
+            supports_prefix=True,
+        )
+        from vla_edge.policy.tokenizer import InstructionTokenizer
+
+        self._tokenizer = InstructionTokenizer(cfg.max_instruction_tokens)
+        self._lang_cache: dict[str, torch.Tensor] = {}
+        self._generator = torch.Generator().manual_seed(int(seed))
+
+    def language_embedding(self, instruction: str) -> tuple[torch.Tensor, float]:
+        """Cached ``[1, 384]`` embedding and the time spent computing it now (ms)."""
+        cached = self._lang_cache.get(instruction)
+        if cached is not None:
+            return cached, 0.0
+        input_ids, mask = self._tokenizer.encode(instruction)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            emb = self.policy.language_encoder(torch.from_numpy(input_ids), torch.from_numpy(mask))
+        elapsed_ms = (time.perf_counter() - t0) * 1e3
+        self._lang_cache[instruction] = emb
+        return emb, elapsed_ms
+
+    def _noise(self, noise: np.ndarray | None) -> torch.Tensor:
+        h, a = self.spec.chunk_horizon, self.spec.action_dim
+        if noise is None:
+            return torch.randn(1, h, a, generator=self._generator)
+        arr = np.asarray(noise, dtype=np.float32)
+        if arr.shape not in ((h, a), (1, h, a)):
+            raise InvalidObservationError(f"noise shape = {arr.shape}, expected ({h}, {a})")
+        if not np.all(np.isfinite(arr)):
+            raise InvalidObservationError("noise holds a non-finite value")
+        return torch.from_numpy(arr.reshape(1, h, a).copy())
+
+    def _prefix(
+        self, prefix_actions: np.ndarray | None, prefix_len: int, state: np.ndarray
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h, a = self.spec.chunk_horizon, self.spec.action_dim
+        if not 0 <= int(prefix_len) < h:
+            raise InvalidObservationError(
+                f"prefix_len = {prefix_len}, expected 0 <= prefix_len < {h}"
+            )
+        prefix_len = int(prefix_len)
+        mask = torch.zeros(1, h)
+        actions = torch.zeros(1, h, a)
+        if prefix_len == 0:
+            return actions, mask
+        if prefix_actions is None:
+            raise InvalidObservationError(f"prefix_len = {prefix_len} but prefix_actions is None")
+        arr = np.asarray(prefix_actions, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != a or arr.shape[0] < prefix_len:
+            raise InvalidObservationError(
+                f"prefix_actions shape = {arr.shape}, expected (>= prefix_len={prefix_len}, {a})"
+            )
+        rows = arr[:prefix_len]
+        if not np.all(np.isfinite(rows)):
+            raise InvalidObservationError("prefix_actions holds a non-finite value")
+        padded = np.zeros((h, a))
+        padded[:prefix_len] = rows
+        actions = torch.from_numpy(self.policy.codec.encode_actions(padded, state)).unsqueeze(0)
+        mask[0, :prefix_len] = 1.0
+        return actions, mask
+
+    def infer(
+        self,
+        obs: Observation,
+        noise: np.ndarray | None = None,
+        prefix_actions: np.ndarray | None = None,
+        prefix_len: int = 0,
+    ) -> ActionChunk:
+        """Compute the chunk for ``obs`` (see :class:`vla_edge.runners.base.Runner`)."""
+        validate_observation(obs, self.spec)
+        state = np.asarray(obs.state, dtype=np.float64)
+        noise_t = self._noise(noise)
+        prefix_t, mask_t = self._prefix(prefix_actions, prefix_len, state)
+        lang, lang_ms = self.language_embedding(obs.instruction)
+        images = np.stack([obs.images[cam] for cam in self.spec.cameras])
+        images_t = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255.0)
+        state_t = torch.from_numpy(self.policy.codec.normalize_state(state)).unsqueeze(0)
+        timings = {"language_encoder": lang_ms}
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            visual = self.policy.vision_encoder(images_t)
+            t1 = time.perf_counter()
+            context = self.policy.fusion(visual, lang, state_t)
+            t2 = time.perf_counter()
+            actions_norm = self.policy.action_head(context, noise_t, prefix_t, mask_t)
+            t3 = time.perf_counter()
+        timings["vision_encoder"] = (t1 - t0) * 1e3
+        timings["fusion"] = (t2 - t1) * 1e3
+        timings["action_head"] = (t3 - t2) * 1e3
+        positions = self.policy.codec.decode_actions(actions_norm[0].numpy(), state)
+        if prefix_len > 0:
+            positions[:prefix_len] = np.asarray(prefix_actions, dtype=np.float64)[:prefix_len]
+        return ActionChunk(
+            t_obs_s=float(obs.stamp_s),
+            dt_action_s=self.spec.dt_action_s,
+            joint_names=self.spec.joint_names,
+            positions=positions,
+            timings_ms=timings,
+        )
+
+    def close(self) -> None:
+        """Drop the cached embeddings."""
+        self._lang_cache.clear()
