@@ -1,0 +1,268 @@
+"""Mapping between vla_edge's ``Observation``/``ActionChunk`` and openpi's LIBERO-style keys.
+
+Request (client -> server), one msgpack map:
+
+==============================  ===========================  ==========================
+openpi key                      vla_edge field               wire type
+==============================  ===========================  ==========================
+``observation/image``           ``images["agentview"]``      ``uint8 [H, W, 3]`` (RGB)
+``observation/wrist_image``     ``images["wrist"]``          ``uint8 [H, W, 3]`` (RGB)
+``observation/<cam>_image``     ``images[<cam>]`` (others)   ``uint8 [H, W, 3]`` (RGB)
+``observation/state``           ``state``                    float ``[A]``
+``prompt``                      ``instruction``              str
+``observation/timestamp``       ``stamp_s`` (client clock)   float (optional)
+``vla_edge/noise``              ``noise``                    float ``[H, A]`` (optional)
+``vla_edge/prefix_actions``     ``prefix_actions``           float ``[H, A]`` (optional)
+``vla_edge/prefix_len``         ``prefix_len``               int (optional, default 0)
+``vla_edge/request_id``         request counter              int (optional, echoed)
+==============================  ===========================  ==========================
+
+openpi clients send images already resized; images may also arrive channels-first
+(``[3, H, W]``), which is transposed. The ``vla_edge/*`` keys are extensions an
+openpi server ignores.
+
+Response (server -> client): ``actions`` float ``[H, A]`` (joint targets in
+``joint_names`` order, step ``i`` for ``t_obs + i * dt_action_s``),
+``server_timing`` (``infer_ms``, ``decode_ms``, ``queue_ms``, ``prev_total_ms``,
+``stages_ms``), ``server_recv_time_s`` / ``server_time_s`` (server wall clock
+when the request arrived / the reply left, for NTP-style clock-offset
+estimation), ``t_obs_s`` and ``request_id`` echoed from the request.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vla_edge.core.errors import InvalidObservationError, RemoteServerError
+from vla_edge.core.types import ActionChunk, Observation
+from vla_edge.runners.base import RunnerSpec
+
+KEY_STATE = "observation/state"
+KEY_PROMPT = "prompt"
+KEY_TIMESTAMP = "observation/timestamp"
+KEY_NOISE = "vla_edge/noise"
+KEY_PREFIX_ACTIONS = "vla_edge/prefix_actions"
+KEY_PREFIX_LEN = "vla_edge/prefix_len"
+KEY_REQUEST_ID = "vla_edge/request_id"
+
+DEFAULT_CAMERA_KEYS: dict[str, str] = {
+    "agentview": "observation/image",
+    "wrist": "observation/wrist_image",
+}
+
+MAX_PROMPT_CHARS = 4096
+
+
+def camera_key(camera: str, camera_keys: dict[str, str] | None = None) -> str:
+    """The openpi key that carries ``camera``'s image."""
+    keys = DEFAULT_CAMERA_KEYS if camera_keys is None else camera_keys
+    return keys.get(camera, f"observation/{camera}_image")
+
+
+@dataclass
+class InferRequest:
+    """A decoded, validated request: what ``Runner.infer`` takes, plus the echo fields."""
+
+    observation: Observation
+    noise: np.ndarray | None = None
+    prefix_actions: np.ndarray | None = None
+    prefix_len: int = 0
+    request_id: int | None = None
+    client_stamp_s: float | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def observation_to_request(
+    obs: Observation,
+    noise: np.ndarray | None = None,
+    prefix_actions: np.ndarray | None = None,
+    prefix_len: int = 0,
+    request_id: int | None = None,
+    camera_keys: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Build the openpi request map for ``obs`` (see the module table)."""
+    request: dict[str, Any] = {
+        camera_key(name, camera_keys): np.ascontiguousarray(image, dtype=np.uint8)
+        for name, image in obs.images.items()
+    }
+    request[KEY_STATE] = np.asarray(obs.state, dtype=np.float64)
+    request[KEY_PROMPT] = str(obs.instruction)
+    request[KEY_TIMESTAMP] = float(obs.stamp_s)
+    if noise is not None:
+        request[KEY_NOISE] = np.asarray(noise, dtype=np.float32)
+    if prefix_actions is not None:
+        request[KEY_PREFIX_ACTIONS] = np.asarray(prefix_actions, dtype=np.float32)
+        request[KEY_PREFIX_LEN] = int(prefix_len)
+    if request_id is not None:
+        request[KEY_REQUEST_ID] = int(request_id)
+    return request
+
+
+def _image(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray:
+    if key not in request:
+        raise InvalidObservationError(
+            f"{key} is missing: the policy needs cameras {list(spec.cameras)}"
+        )
+    image = request[key]
+    if not isinstance(image, np.ndarray):
+        raise InvalidObservationError(
+            f"{key} is {type(image).__name__}: must be a uint8 array [H, W, 3]"
+        )
+    if image.dtype != np.uint8:
+        raise InvalidObservationError(f"{key} dtype = {image.dtype}: must be uint8")
+    expected = (spec.image_height, spec.image_width, 3)
+    if image.shape == (3, spec.image_height, spec.image_width):
+        image = image.transpose(1, 2, 0)
+    if image.shape != expected:
+        raise InvalidObservationError(
+            f"{key} shape = {list(image.shape)}: must be {list(expected)} [H, W, 3]"
+        )
+    return np.array(image, dtype=np.uint8, copy=True)
+
+
+def _matrix(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray | None:
+    if key not in request:
+        return None
+    value = request[key]
+    expected = (spec.chunk_horizon, spec.action_dim)
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.shape != expected:
+        shape = list(value.shape) if isinstance(value, np.ndarray) else type(value).__name__
+        raise InvalidObservationError(f"{key} = {shape}: must be a float array {list(expected)}")
+    if not np.all(np.isfinite(value)):
+        raise InvalidObservationError(f"{key} holds NaN or inf: must be finite")
+    return np.array(value, dtype=np.float32, copy=True)
+
+
+def _optional_int(request: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
+    if key not in request:
+        return None
+    value = request[key]
+    if isinstance(value, np.integer):
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise InvalidObservationError(f"{key} = {value!r}: must be an integer in [{lo}, {hi}]")
+    return value
+
+
+def request_to_observation(
+    request: Any,
+    spec: RunnerSpec,
+    now_s: float,
+    camera_keys: dict[str, str] | None = None,
+) -> InferRequest:
+    """Validate an openpi request map against ``spec`` and turn it into an :class:`InferRequest`.
+
+    Args:
+        request: the decoded message.
+        spec: what the served runner consumes.
+        now_s: stamp to use when the request carries no ``observation/timestamp``.
+        camera_keys: camera name -> openpi key overrides.
+
+    Raises:
+        InvalidObservationError: a missing key or a value of the wrong type, dtype,
+            shape or a non-finite number; the message names key, value and bound.
+    """
+    if not isinstance(request, dict):
+        raise InvalidObservationError(
+            f"request is {type(request).__name__}: must be a map of openpi keys"
+        )
+    bad_keys = [k for k in request if not isinstance(k, str)]
+    if bad_keys:
+        raise InvalidObservationError(f"request key = {bad_keys[0]!r}: keys must be strings")
+    images = {name: _image(request, camera_key(name, camera_keys), spec) for name in spec.cameras}
+
+    if KEY_STATE not in request:
+        raise InvalidObservationError(f"{KEY_STATE} is missing: must be a float array [A]")
+    state = request[KEY_STATE]
+    if isinstance(state, list):
+        state = np.asarray(state) if all(isinstance(v, int | float) for v in state) else None
+    if not isinstance(state, np.ndarray) or state.dtype.kind not in "fiu":
+        raise InvalidObservationError(
+            f"{KEY_STATE} is {type(request[KEY_STATE]).__name__}: must be a numeric array [A]"
+        )
+    if state.shape != (spec.action_dim,):
+        raise InvalidObservationError(
+            f"{KEY_STATE} shape = {list(state.shape)}: must be [{spec.action_dim}] "
+            f"({', '.join(spec.joint_names)})"
+        )
+    if not np.all(np.isfinite(state)):
+        raise InvalidObservationError(f"{KEY_STATE} = {state.tolist()}: must be finite")
+
+    prompt = request.get(KEY_PROMPT, "")
+    if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
+        shown = f"{len(prompt)} chars" if isinstance(prompt, str) else type(prompt).__name__
+        raise InvalidObservationError(
+            f"{KEY_PROMPT} = {shown}: must be a string of at most {MAX_PROMPT_CHARS} chars"
+        )
+
+    client_stamp_s = None
+    if KEY_TIMESTAMP in request:
+        stamp = request[KEY_TIMESTAMP]
+        if isinstance(stamp, bool) or not isinstance(stamp, int | float | np.number):
+            raise InvalidObservationError(f"{KEY_TIMESTAMP} = {stamp!r}: must be a number (s)")
+        if not math.isfinite(float(stamp)):
+            raise InvalidObservationError(f"{KEY_TIMESTAMP} = {stamp!r}: must be finite")
+        client_stamp_s = float(stamp)
+
+    noise = _matrix(request, KEY_NOISE, spec)
+    prefix_actions = _matrix(request, KEY_PREFIX_ACTIONS, spec)
+    prefix_len = _optional_int(request, KEY_PREFIX_LEN, 0, spec.chunk_horizon) or 0
+    if prefix_len > 0 and prefix_actions is None:
+        raise InvalidObservationError(
+            f"{KEY_PREFIX_LEN} = {prefix_len}: needs {KEY_PREFIX_ACTIONS} as well"
+        )
+    request_id = _optional_int(request, KEY_REQUEST_ID, 0, 2**63 - 1)
+
+    obs = Observation(
+        stamp_s=now_s if client_stamp_s is None else client_stamp_s,
+        images=images,
+        state=np.array(state, dtype=np.float64, copy=True),
+        instruction=prompt,
+    )
+    return InferRequest(
+        observation=obs,
+        noise=noise,
+        prefix_actions=prefix_actions,
+        prefix_len=prefix_len,
+        request_id=request_id,
+        client_stamp_s=client_stamp_s,
+    )
+
+
+def chunk_to_response(chunk: ActionChunk, request: InferRequest) -> dict[str, Any]:
+    """The reply map for ``chunk`` (timing fields are added by the server)."""
+    response: dict[str, Any] = {"actions": np.asarray(chunk.positions, dtype=np.float32)}
+    if request.client_stamp_s is not None:
+        response["t_obs_s"] = request.client_stamp_s
+    if request.request_id is not None:
+        response["request_id"] = request.request_id
+    return response
+
+
+def response_to_actions(response: Any, spec: RunnerSpec) -> np.ndarray:
+    """Validate a reply's ``actions`` against ``spec``; return a float64 ``[H, A]`` copy.
+
+    Raises:
+        RemoteServerError: the reply is not a map, lacks ``actions``, or its shape
+            differs from ``[chunk_horizon, action_dim]``.
+    """
+    if not isinstance(response, dict):
+        raise RemoteServerError(f"reply is {type(response).__name__}: must be a map")
+    if "actions" not in response:
+        raise RemoteServerError(f"reply has no 'actions' (keys: {sorted(map(str, response))})")
+    actions = response["actions"]
+    expected = (spec.chunk_horizon, spec.action_dim)
+    if not isinstance(actions, np.ndarray) or actions.dtype.kind not in "fiu":
+        raise RemoteServerError(
+            f"actions is {type(actions).__name__}: must be a numeric array {list(expected)}"
+        )
+    if actions.shape != expected:
+        raise RemoteServerError(
+            f"actions shape = {list(actions.shape)}: must be {list(expected)} "
+            "[chunk_horizon, action_dim]"
+        )
+    return np.array(actions, dtype=np.float64, copy=True)

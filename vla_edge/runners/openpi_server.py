@@ -1,0 +1,471 @@
+"""Serve any ``Runner`` over openpi's websocket protocol (``vla-edge serve``).
+
+The protocol is the one ``openpi_client.WebsocketClientPolicy`` speaks:
+
+1. the client opens a websocket (optionally with ``Authorization: Api-Key K``);
+2. the server sends one binary msgpack frame: the metadata map (joint names,
+   ``action_horizon``, ``dt_action_s``, cameras, image size, limits);
+3. per request the client sends one binary msgpack frame (the observation map,
+   keys in :mod:`vla_edge.runners.openpi_adapter`) and the server answers with
+   one binary frame (``actions`` + timing fields) or, on a bad request or a
+   runner failure, one *text* frame naming the error; the connection stays
+   open and the server keeps serving.
+
+``GET /healthz`` answers 200 once the policy is loaded (503 before). A frame
+larger than ``max_message_bytes`` is never read: the connection is closed with
+code 1009 (message too big), other connections are unaffected. Work is
+bounded: at most ``max_connections`` connections, one request in flight per
+connection, inference on one worker thread under a lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import hmac
+import http
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import websockets
+import websockets.asyncio.server as ws_server
+
+from vla_edge.core.errors import (
+    InvalidObservationError,
+    ProtocolError,
+    VlaEdgeError,
+)
+from vla_edge.core.types import ActionChunk
+from vla_edge.runners.base import Runner
+from vla_edge.runners.openpi_adapter import (
+    KEY_PROMPT,
+    KEY_STATE,
+    KEY_TIMESTAMP,
+    InferRequest,
+    camera_key,
+    chunk_to_response,
+    request_to_observation,
+)
+from vla_edge.runners.openpi_protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ProtocolLimits,
+    pack,
+    unpack,
+)
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_NAME = "openpi-msgpack-numpy"
+PROTOCOL_VERSION = 1
+HEALTH_PATH = "/healthz"
+CLOSE_TRY_AGAIN_LATER = 1013
+
+
+@dataclass
+class ServerStats:
+    """Counters of what the server saw (all since start)."""
+
+    connections_open: int = 0
+    connections_total: int = 0
+    requests_ok: int = 0
+    errors_protocol: int = 0
+    errors_observation: int = 0
+    errors_runner: int = 0
+    rejected_auth: int = 0
+    rejected_busy: int = 0
+
+
+class PolicyServer:
+    """openpi-compatible websocket server around one ``Runner``.
+
+    Args:
+        runner: the policy; ``None`` until :meth:`set_runner` (``/healthz`` is 503
+            and connections are refused with 503 meanwhile).
+        host: address to bind (127.0.0.1 unless the deployment needs otherwise).
+        port: TCP port; 0 picks a free one (see :attr:`port` after start).
+        api_key: when set, a websocket must carry ``Authorization: Api-Key <key>``.
+        limits: decoding limits; ``limits.max_message_bytes`` is also the
+            websocket frame limit.
+        max_connections: most simultaneous websocket connections.
+        camera_keys: camera name -> openpi key overrides.
+        metadata: extra entries merged into the metadata sent on connect.
+    """
+
+    def __init__(
+        self,
+        runner: Runner | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        api_key: str | None = None,
+        limits: ProtocolLimits | None = None,
+        max_connections: int = 8,
+        camera_keys: dict[str, str] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections = {max_connections}: must be >= 1")
+        self._runner = runner
+        self.host = host
+        self._port = port
+        self._api_key = api_key or None
+        self.limits = limits or ProtocolLimits()
+        self.max_connections = max_connections
+        self._camera_keys = camera_keys
+        self._extra_metadata = dict(metadata or {})
+        self.stats = ServerStats()
+        self._lock = threading.Lock()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ state
+    @property
+    def runner(self) -> Runner | None:
+        """The served runner (``None`` while loading)."""
+        return self._runner
+
+    def set_runner(self, runner: Runner) -> None:
+        """Install the loaded runner; from now on ``/healthz`` answers 200."""
+        self._runner = runner
+
+    @property
+    def loaded(self) -> bool:
+        """Whether a runner is installed."""
+        return self._runner is not None
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one once started with ``port=0``)."""
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``ws://host:port`` of this server."""
+        return f"ws://{self.host}:{self._port}"
+
+    def metadata(self) -> dict[str, Any]:
+        """The map sent to every client on connect."""
+        if self._runner is None:
+            raise RuntimeError("metadata() needs a loaded runner")
+        spec = self._runner.spec
+        meta: dict[str, Any] = {
+            "server": "vla_edge",
+            "protocol": PROTOCOL_NAME,
+            "protocol_version": PROTOCOL_VERSION,
+            "joint_names": list(spec.joint_names),
+            "action_dim": spec.action_dim,
+            "action_horizon": spec.chunk_horizon,
+            "dt_action_s": spec.dt_action_s,
+            "cameras": list(spec.cameras),
+            "camera_keys": {c: camera_key(c, self._camera_keys) for c in spec.cameras},
+            "state_key": KEY_STATE,
+            "prompt_key": KEY_PROMPT,
+            "timestamp_key": KEY_TIMESTAMP,
+            "image_height": spec.image_height,
+            "image_width": spec.image_width,
+            "supports_prefix": spec.supports_prefix,
+            "max_message_bytes": self.limits.max_message_bytes,
+        }
+        meta.update(self._extra_metadata)
+        return meta
+
+    # ------------------------------------------------------------ handshake
+    def _process_request(
+        self, connection: ws_server.ServerConnection, request: ws_server.Request
+    ) -> ws_server.Response | None:
+        """Answer ``/healthz``; refuse unauthorised, early or excess connections."""
+        path = request.path.split("?", 1)[0]
+        if path == HEALTH_PATH:
+            if self.loaded:
+                return connection.respond(http.HTTPStatus.OK, "OK\n")
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "loading\n")
+        if self._api_key is not None:
+            given = request.headers.get("Authorization", "")
+            expected = f"Api-Key {self._api_key}"
+            if not hmac.compare_digest(given.encode(), expected.encode()):
+                self.stats.rejected_auth += 1
+                return connection.respond(
+                    http.HTTPStatus.UNAUTHORIZED,
+                    "Authorization header must be 'Api-Key <key>' with the server's key\n",
+                )
+        if not self.loaded:
+            return connection.respond(http.HTTPStatus.SERVICE_UNAVAILABLE, "policy is loading\n")
+        if self.stats.connections_open >= self.max_connections:
+            self.stats.rejected_busy += 1
+            return connection.respond(
+                http.HTTPStatus.SERVICE_UNAVAILABLE,
+                f"connections = {self.stats.connections_open}: at max_connections = "
+                f"{self.max_connections}\n",
+            )
+        return None
+
+    # ------------------------------------------------------------- requests
+    async def _handle(self, ws: ws_server.ServerConnection) -> None:
+        """One connection: metadata, then one request at a time until it closes."""
+        if self.stats.connections_open >= self.max_connections:
+            self.stats.rejected_busy += 1
+            await ws.close(CLOSE_TRY_AGAIN_LATER, f"at max_connections = {self.max_connections}")
+            return
+        self.stats.connections_open += 1
+        self.stats.connections_total += 1
+        try:
+            await ws.send(pack(self.metadata()))
+            prev_total_ms: float | None = None
+            async for message in ws:
+                t_start = time.perf_counter()
+                reply = await self._answer(message, prev_total_ms)
+                await ws.send(reply)
+                prev_total_ms = (time.perf_counter() - t_start) * 1000.0
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.stats.connections_open -= 1
+
+    async def _answer(self, message: str | bytes, prev_total_ms: float | None) -> bytes | str:
+        """The reply frame for one request: msgpack actions, or a text error."""
+        recv_time_s = time.time()
+        t_start = time.perf_counter()
+        runner = self._runner
+        assert runner is not None  # connections are refused until loaded
+        try:
+            if isinstance(message, str):
+                raise ProtocolError("frame is text: requests must be binary msgpack frames")
+            decoded = unpack(message, self.limits)
+            request = request_to_observation(
+                decoded, runner.spec, now_s=recv_time_s, camera_keys=self._camera_keys
+            )
+        except ProtocolError as exc:
+            self.stats.errors_protocol += 1
+            return f"{type(exc).__name__}: {exc}"
+        except InvalidObservationError as exc:
+            self.stats.errors_observation += 1
+            return f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # whatever a request holds, it must not end the connection
+            self.stats.errors_protocol += 1
+            logger.exception("request could not be parsed")
+            return f"ProtocolError: request could not be parsed: {type(exc).__name__}: {exc}"
+        decode_ms = (time.perf_counter() - t_start) * 1000.0
+
+        loop = asyncio.get_running_loop()
+        assert self._executor is not None
+        try:
+            chunk, queue_ms, infer_ms = await loop.run_in_executor(
+                self._executor, self._infer, runner, request, time.perf_counter()
+            )
+        except InvalidObservationError as exc:
+            self.stats.errors_observation += 1
+            return f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a runner failure must not end the server
+            self.stats.errors_runner += 1
+            logger.exception("runner failed on a request")
+            kind = type(exc).__name__ if isinstance(exc, VlaEdgeError) else "RunnerError"
+            return f"{kind}: inference failed: {type(exc).__name__}: {exc}"
+
+        try:
+            reply = pack(
+                self._response(
+                    chunk, request, recv_time_s, decode_ms, queue_ms, infer_ms, prev_total_ms
+                )
+            )
+        except Exception as exc:  # e.g. a runner returning non-numeric timings
+            self.stats.errors_runner += 1
+            logger.exception("runner output cannot be sent")
+            return f"RunnerError: runner output cannot be encoded: {type(exc).__name__}: {exc}"
+        self.stats.requests_ok += 1
+        return reply
+
+    @staticmethod
+    def _response(
+        chunk: ActionChunk,
+        request: InferRequest,
+        recv_time_s: float,
+        decode_ms: float,
+        queue_ms: float,
+        infer_ms: float,
+        prev_total_ms: float | None,
+    ) -> dict[str, Any]:
+        """The reply map: actions, echoes and the timing fields."""
+        response = chunk_to_response(chunk, request)
+        timing: dict[str, Any] = {
+            "infer_ms": infer_ms,
+            "decode_ms": decode_ms,
+            "queue_ms": queue_ms,
+            "stages_ms": {str(k): float(v) for k, v in chunk.timings_ms.items()},
+        }
+        if prev_total_ms is not None:
+            timing["prev_total_ms"] = prev_total_ms
+        response["server_timing"] = timing
+        response["server_recv_time_s"] = recv_time_s
+        response["server_time_s"] = time.time()
+        return response
+
+    def _infer(
+        self, runner: Runner, request: InferRequest, t_submit: float
+    ) -> tuple[ActionChunk, float, float]:
+        """Run one inference under the lock (worker thread)."""
+        with self._lock:
+            t_start = time.perf_counter()
+            chunk = runner.infer(
+                request.observation,
+                noise=request.noise,
+                prefix_actions=request.prefix_actions,
+                prefix_len=request.prefix_len,
+            )
+            t_end = time.perf_counter()
+        return chunk, (t_start - t_submit) * 1000.0, (t_end - t_start) * 1000.0
+
+    # ------------------------------------------------------------ lifecycle
+    async def _main(self, loader: Callable[[], Runner] | None = None) -> int:
+        """Listen until stopped; with ``loader``, load the runner while already listening."""
+        self._loop = asyncio.get_running_loop()
+        self._stop_event = self._stop_event or asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="vla-edge-infer"
+        )
+        try:
+            async with ws_server.serve(
+                self._handle,
+                self.host,
+                self._port,
+                process_request=self._process_request,
+                compression=None,
+                max_size=self.limits.max_message_bytes,
+                max_queue=4,
+            ) as server:
+                self._port = int(next(iter(server.sockets)).getsockname()[1])
+                self._ready.set()
+                logger.info("serving on %s", self.url)
+                if loader is not None:
+                    try:
+                        runner = await self._loop.run_in_executor(None, loader)
+                    except Exception as exc:
+                        logger.error("policy failed to load: %s: %s", type(exc).__name__, exc)
+                        return 1
+                    self.set_runner(runner)
+                    logger.info("policy loaded; %s%s answers 200", self.url, HEALTH_PATH)
+                await self._stop_event.wait()
+            return 0
+        except OSError as exc:
+            self._startup_error = exc
+            self._ready.set()
+            return 1
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def start(self, timeout_s: float = 10.0) -> PolicyServer:
+        """Serve from a background thread; return once listening.
+
+        Raises:
+            OSError: the address could not be bound.
+            TimeoutError: not listening within ``timeout_s``.
+        """
+        self._ready.clear()
+        self._startup_error = None
+        self._stop_event = None
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._main()), name="vla-edge-serve", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"server not listening within timeout_s = {timeout_s}")
+        if self._startup_error is not None:
+            raise self._startup_error
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Close all connections and stop serving (waits at most ``timeout_s``)."""
+        loop, event = self._loop, self._stop_event
+        if loop is not None and event is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # loop already closed
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def serve_forever(self, loader: Callable[[], Runner] | None = None) -> int:
+        """Serve on the calling thread until SIGINT/SIGTERM; returns an exit code."""
+
+        async def main() -> int:
+            stop_event = self._stop_event = asyncio.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, stop_event.set)
+            return await self._main(loader)
+
+        code = asyncio.run(main())
+        if self._startup_error is not None:
+            print(f"cannot serve on {self.url}: {self._startup_error}", file=sys.stderr)
+        return code
+
+    def stats_dict(self) -> dict[str, int]:
+        """The counters as a plain dict (for diagnostics)."""
+        return asdict(self.stats)
+
+    def __enter__(self) -> PolicyServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# ----------------------------------------------------------------- the CLI
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``vla-edge serve``."""
+    parser.add_argument(
+        "--policy",
+        required=True,
+        help="what make_runner accepts: 'bundled', a checkpoint file or an export dir",
+    )
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument(
+        "--api-key", default=None, help="require 'Authorization: Api-Key K' on connect"
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help=f"largest accepted request (default {DEFAULT_MAX_MESSAGE_BYTES})",
+    )
+    parser.add_argument(
+        "--max-connections", type=int, default=8, help="most simultaneous clients (default 8)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve ``args.policy`` until interrupted; ``/healthz`` is 200 once it is loaded."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if not 0 <= args.port <= 65535:
+        print(f"--port = {args.port}: must be in [0, 65535]", file=sys.stderr)
+        return 2
+    try:
+        limits = ProtocolLimits(max_message_bytes=args.max_message_bytes)
+    except ProtocolError as exc:
+        print(f"--max-message-bytes: {exc}", file=sys.stderr)
+        return 2
+    try:
+        from vla_edge.runners.factory import make_runner
+    except ModuleNotFoundError as exc:
+        print(f"'serve' needs vla_edge.runners.factory: {exc}", file=sys.stderr)
+        return 2
+    server = PolicyServer(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        limits=limits,
+        max_connections=args.max_connections,
+        metadata={"policy": str(args.policy)},
+    )
+    return server.serve_forever(loader=lambda: make_runner(args.policy))
