@@ -107,14 +107,14 @@ class ChunkBuffer:
         self.set(np.zeros(0), np.zeros((0, self.n_joints)))
 
     def drop_past(self, now_s: float) -> int:
-        """Drop points before the last one at or before ``now_s``; return how many."""
+        """Drop points before the last one at or before ``now_s`` (keep >= 2); return the count."""
         n = self.times_s.shape[0]
         if n < 2 or self.times_s[1] > now_s:
             if self.bridge is not None and self.bridge.end_s < now_s:
                 self.bridge = None
             return 0
         first = int(np.searchsorted(self.times_s, now_s, side="right")) - 1
-        first = min(first, n - 1)
+        first = min(first, n - 2)  # the last segment stays: it carries the end velocity
         if first <= 0:
             return 0
         self.times_s = self.times_s[first:]
