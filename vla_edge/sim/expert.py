@@ -11,12 +11,13 @@ commanded pose.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import mujoco
 import numpy as np
 
 from vla_edge.sim.env import TabletopEnv
-from vla_edge.sim.ik import ArmIK, yaw_down_quat
+from vla_edge.sim.ik import ArmIK, quat_error, yaw_down_quat
 from vla_edge.sim.tasks import (
     BLOCK_HALF_M,
     BOWL_FLOOR_TOP_M,
@@ -36,6 +37,10 @@ GRASP_ABOVE_CENTRE_M = 0.0035
 RELEASE_GAP_M = 0.006
 PUSH_Z_M = 0.017
 PUSH_SPEED_M_PER_S = 0.05
+# Commanded finger openings stay this far inside [0, 0.04] m so that an
+# interpolating controller never overshoots the safety limits.
+GRIP_OPEN_CMD_M = GRIPPER_OPEN_M - 0.001
+GRIP_CLOSED_CMD_M = 0.001
 
 
 @dataclass
@@ -51,18 +56,41 @@ class Segment:
     grip0_m: float
     grip1_m: float
     label: str
+    tilt0_rad: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
-    def sample(self, t_s: float) -> tuple[np.ndarray, float, float]:
-        """Position, heading and opening at ``t_s`` (clamped to the segment)."""
+    def sample(self, t_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Position, orientation and opening at ``t_s`` (clamped to the segment).
+
+        The orientation is the downward hand at the interpolated heading, tilted
+        by ``tilt0_rad`` (a world-frame rotation vector) fading out along the
+        segment, so a plan can start from a hand that does not point straight down.
+        """
         span = max(self.t1_s - self.t0_s, 1e-9)
         s = float(np.clip((t_s - self.t0_s) / span, 0.0, 1.0))
         a = s * s * s * (10.0 - 15.0 * s + 6.0 * s * s)
         pos = self.pos0_m + a * (self.pos1_m - self.pos0_m)
-        return (
-            pos,
-            self.yaw0_rad + a * (self.yaw1_rad - self.yaw0_rad),
-            self.grip0_m + a * (self.grip1_m - self.grip0_m),
-        )
+        quat = yaw_down_quat(self.yaw0_rad + a * (self.yaw1_rad - self.yaw0_rad))
+        if np.any(self.tilt0_rad):
+            quat = _rotate(quat, (1.0 - a) * self.tilt0_rad)
+        return pos, quat, self.grip0_m + a * (self.grip1_m - self.grip0_m)
+
+
+def _rotate(quat: np.ndarray, rotvec_rad: np.ndarray) -> np.ndarray:
+    """``quat`` turned by the world-frame rotation vector ``rotvec_rad``."""
+    angle = float(np.linalg.norm(rotvec_rad))
+    if angle < 1e-12:
+        return quat
+    rot = np.empty(4)
+    mujoco.mju_axisAngle2Quat(rot, rotvec_rad / angle, angle)
+    out = np.empty(4)
+    mujoco.mju_mulQuat(out, rot, quat)
+    return out
+
+
+def split_heading(quat: np.ndarray) -> tuple[float, np.ndarray]:
+    """Heading of a roughly downward hand and the tilt (rotation vector) from straight down."""
+    yaw = hand_yaw_rad(quat)
+    return yaw, quat_error(quat, yaw_down_quat(yaw))
 
 
 def hand_yaw_rad(quat: np.ndarray) -> float:
@@ -103,14 +131,15 @@ class ScriptedExpert:
         self._episode = self.env.episode_index
         self._origin_s = self.env.time_s
         self._origin_pos = pos
-        self._origin_yaw = hand_yaw_rad(quat)
+        self._origin_yaw, self._origin_tilt = split_heading(quat)
         self._origin_grip = float(self.env.state()[6])
         self._frozen: dict[str, np.ndarray | float] = {}
         self.replans = 0
 
     def _restart(self, t_s: float, segments: list[Segment]) -> None:
-        pos, yaw, grip = _sample(segments, t_s)
-        self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip = t_s, pos, yaw, grip
+        pos, quat, grip = _sample(segments, t_s)
+        self._origin_s, self._origin_pos, self._origin_grip = t_s, pos, grip
+        self._origin_yaw, self._origin_tilt = split_heading(quat)
         self._frozen = {}
         self.replans += 1
 
@@ -119,7 +148,9 @@ class ScriptedExpert:
         """The segments of the current plan, from the current object poses."""
         scene = scene if scene is not None else self.env.scene_state()
         task = self.env.task
-        builder = _Builder(self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip)
+        builder = _Builder(
+            self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip, self._origin_tilt
+        )
         if task.kind == "push":
             self._plan_push(builder, task, scene)
         else:
@@ -136,16 +167,18 @@ class ScriptedExpert:
     def _plan_pick(self, b: _Builder, task: Task, scene: SceneState) -> None:
         obj_pos, yaw = self._grasp(task, scene, b.yaw)
         grasp_z = obj_pos[2] + GRASP_ABOVE_CENTRE_M
-        b.move("approach", [obj_pos[0], obj_pos[1], PRE_GRASP_Z_M], yaw, GRIPPER_OPEN_M)
-        b.move("descend", [obj_pos[0], obj_pos[1], grasp_z], yaw, GRIPPER_OPEN_M, min_s=1.0)
-        b.hold("close", 0.6, 0.0)
-        b.hold("settle", 0.3, 0.0)
+        b.move("approach", [obj_pos[0], obj_pos[1], PRE_GRASP_Z_M], yaw, GRIP_OPEN_CMD_M)
+        b.move("descend", [obj_pos[0], obj_pos[1], grasp_z], yaw, GRIP_OPEN_CMD_M, min_s=1.0)
+        b.hold("close", 0.6, GRIP_CLOSED_CMD_M)
+        b.hold("settle", 0.3, GRIP_CLOSED_CMD_M)
         self._close_s = b.segments[-2].t0_s
-        b.move("lift", [obj_pos[0], obj_pos[1], CARRY_Z_M], yaw, 0.0, min_s=1.0)
+        b.move("lift", [obj_pos[0], obj_pos[1], CARRY_Z_M], yaw, GRIP_CLOSED_CMD_M, min_s=1.0)
         self._lift_end_s = b.t_s
         if task.kind == "lift":
-            b.move("raise", [obj_pos[0], obj_pos[1], RETREAT_Z_M], yaw, 0.0, min_s=0.5)
-            b.hold("hold", 1e6, 0.0)
+            b.move(
+                "raise", [obj_pos[0], obj_pos[1], RETREAT_Z_M], yaw, GRIP_CLOSED_CMD_M, min_s=0.5
+            )
+            b.hold("hold", 1e6, GRIP_CLOSED_CMD_M)
             self._open_s = self._end_s = np.inf
             return
         ref = task.ref or "bowl"
@@ -160,13 +193,13 @@ class ScriptedExpert:
             support_z = dest[2] + BLOCK_HALF_M
             dest_yaw = nearest_equivalent(scene.yaw_rad(ref), yaw, np.pi / 2.0)
         release_z = support_z + BLOCK_HALF_M + RELEASE_GAP_M + GRASP_ABOVE_CENTRE_M
-        b.move("carry", [dest[0], dest[1], CARRY_Z_M], dest_yaw, 0.0)
-        b.move("lower", [dest[0], dest[1], release_z], dest_yaw, 0.0, min_s=0.8)
+        b.move("carry", [dest[0], dest[1], CARRY_Z_M], dest_yaw, GRIP_CLOSED_CMD_M)
+        b.move("lower", [dest[0], dest[1], release_z], dest_yaw, GRIP_CLOSED_CMD_M, min_s=0.8)
         self._open_s = b.t_s
-        b.hold("open", 0.5, GRIPPER_OPEN_M)
-        b.move("retreat", [dest[0], dest[1], RETREAT_Z_M], dest_yaw, GRIPPER_OPEN_M, min_s=0.8)
+        b.hold("open", 0.5, GRIP_OPEN_CMD_M)
+        b.move("retreat", [dest[0], dest[1], RETREAT_Z_M], dest_yaw, GRIP_OPEN_CMD_M, min_s=0.8)
         self._end_s = b.t_s
-        b.hold("hold", 1e6, GRIPPER_OPEN_M)
+        b.hold("hold", 1e6, GRIP_OPEN_CMD_M)
 
     def _plan_push(self, b: _Builder, task: Task, scene: SceneState) -> None:
         if "push_from" in self._frozen:
@@ -182,15 +215,21 @@ class ScriptedExpert:
         standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + 0.015
         pre = start - standoff_m * u
         end = scene.target_xy_m - (BLOCK_HALF_M + 0.01 + 0.002) * u
-        b.move("approach", [pre[0], pre[1], PRE_GRASP_Z_M], yaw, 0.0)
-        b.move("descend", [pre[0], pre[1], PUSH_Z_M], yaw, 0.0, min_s=1.0)
+        b.move("approach", [pre[0], pre[1], PRE_GRASP_Z_M], yaw, GRIP_CLOSED_CMD_M)
+        b.move("descend", [pre[0], pre[1], PUSH_Z_M], yaw, GRIP_CLOSED_CMD_M, min_s=1.0)
         self._close_s = b.t_s
         dist = float(np.linalg.norm(end - pre))
-        b.move("push", [end[0], end[1], PUSH_Z_M], yaw, 0.0, min_s=dist / PUSH_SPEED_M_PER_S)
-        b.move("retreat", [end[0], end[1], PRE_GRASP_Z_M], yaw, 0.0, min_s=0.8)
+        b.move(
+            "push",
+            [end[0], end[1], PUSH_Z_M],
+            yaw,
+            GRIP_CLOSED_CMD_M,
+            min_s=dist / PUSH_SPEED_M_PER_S,
+        )
+        b.move("retreat", [end[0], end[1], PRE_GRASP_Z_M], yaw, GRIP_CLOSED_CMD_M, min_s=0.8)
         self._lift_end_s = self._open_s = np.inf
         self._end_s = b.t_s
-        b.hold("hold", 1e6, 0.0)
+        b.hold("hold", 1e6, GRIP_CLOSED_CMD_M)
 
     def _freeze(self, task: Task, scene: SceneState, t_s: float, segments: list[Segment]) -> None:
         """Fix the grasp (or push line) once the fingers close on the object."""
@@ -228,8 +267,8 @@ class ScriptedExpert:
         out = np.empty((self.horizon, 7))
         q = self.env.state()[:6]
         for i in range(self.horizon):
-            pos, yaw, grip = _sample(segments, t_s + i * self.dt_action_s)
-            q, _ = self.ik.solve(pos, yaw_down_quat(yaw), q)
+            pos, quat, grip = _sample(segments, t_s + i * self.dt_action_s)
+            q, _ = self.ik.solve(pos, quat, q)
             out[i, :6] = q
             out[i, 6] = grip
         return out
@@ -238,8 +277,11 @@ class ScriptedExpert:
 class _Builder:
     """Appends segments one after the other, each starting where the last ended."""
 
-    def __init__(self, t_s: float, pos: np.ndarray, yaw: float, grip: float) -> None:
+    def __init__(
+        self, t_s: float, pos: np.ndarray, yaw: float, grip: float, tilt_rad: np.ndarray
+    ) -> None:
         self.t_s, self.pos, self.yaw, self.grip = t_s, np.asarray(pos, dtype=float), yaw, grip
+        self.tilt_rad = tilt_rad
         self.segments: list[Segment] = []
 
     def move(
@@ -247,15 +289,26 @@ class _Builder:
     ) -> None:
         target = np.asarray(pos, dtype=float)
         dist = float(np.linalg.norm(target - self.pos))
-        dur = max(min_s, dist / SPEED_M_PER_S, abs(yaw - self.yaw) / YAW_RATE_RAD_PER_S)
+        turn_rad = abs(yaw - self.yaw) + float(np.linalg.norm(self.tilt_rad))
+        dur = max(min_s, dist / SPEED_M_PER_S, turn_rad / YAW_RATE_RAD_PER_S)
         if grip != self.grip:
             dur = max(dur, 0.5)
         dur = float(np.ceil(dur * 10.0) / 10.0)
         seg = Segment(
-            self.t_s, self.t_s + dur, self.pos, target, self.yaw, yaw, self.grip, grip, label
+            self.t_s,
+            self.t_s + dur,
+            self.pos,
+            target,
+            self.yaw,
+            yaw,
+            self.grip,
+            grip,
+            label,
+            self.tilt_rad,
         )
         self.segments.append(seg)
         self.t_s, self.pos, self.yaw, self.grip = seg.t1_s, target, yaw, grip
+        self.tilt_rad = np.zeros(3)
 
     def hold(self, label: str, dur_s: float, grip: float) -> None:
         seg = Segment(
@@ -268,12 +321,14 @@ class _Builder:
             self.grip,
             grip,
             label,
+            self.tilt_rad,
         )
         self.segments.append(seg)
         self.t_s, self.grip = seg.t1_s, grip
+        self.tilt_rad = np.zeros(3)
 
 
-def _sample(segments: list[Segment], t_s: float) -> tuple[np.ndarray, float, float]:
+def _sample(segments: list[Segment], t_s: float) -> tuple[np.ndarray, np.ndarray, float]:
     for seg in segments:
         if t_s < seg.t1_s:
             return seg.sample(t_s)

@@ -79,6 +79,11 @@ class Task:
     ref: str | None
     budget_s: float
 
+    @property
+    def max_duration_s(self) -> float:
+        """Time allowed for an episode (same as ``budget_s``)."""
+        return self.budget_s
+
     def step_budget(self, control_dt_s: float) -> int:
         """Budget in control ticks of ``control_dt_s``."""
         return int(round(self.budget_s / control_dt_s))
@@ -219,7 +224,7 @@ class InitState:
 
     scene: SceneState
     arm_qpos_rad: np.ndarray
-    gripper_m: float = GRIPPER_OPEN_M
+    gripper_m: float = GRIPPER_OPEN_M - 0.001
     layout_seed: tuple[int, ...] = field(default_factory=tuple)
 
 
