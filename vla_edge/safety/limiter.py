@@ -270,7 +270,7 @@ class Limiter:
         p = self.p[i]
         v = self.v[i]
         a = self.a[i]
-        target = min(max(target, self._lo[i]), self._hi[i])
+        target = min(max(target, lim.lo), lim.hi)
         previous = self._last_target[i]
         self._last_target[i] = target
         # Follow the target's own velocity and close the previous lag along a
@@ -278,7 +278,10 @@ class Limiter:
         v_ref = 0.0 if previous is None else (target - previous) / t
         v_ref = min(max(v_ref, -lim.velocity), lim.velocity)
         lag = (target - p) - v_ref * t
-        correction = min(LAG_GAIN_PER_S * abs(lag), math.sqrt(lim.deceleration * abs(lag)))
+        if abs(lag) <= 0.5 * lim.jerk * t * t * t:
+            correction = abs(lag) / t  # small enough to close in one tick within the jerk limit
+        else:
+            correction = min(LAG_GAIN_PER_S * abs(lag), math.sqrt(lim.deceleration * abs(lag)))
         v_t = v_ref + math.copysign(correction, lag)
         v_t = min(max(v_t, -lim.velocity), lim.velocity)
         dv = v_t - v
