@@ -21,7 +21,8 @@ openpi clients send images already resized; images may also arrive channels-firs
 (``[3, H, W]``), which is transposed. The ``vla_edge/*`` keys are extensions an
 openpi server ignores.
 
-Response (server -> client): ``actions`` float ``[H, A]`` (joint targets in
+Response (server -> client): ``actions`` float ``[H, A]`` in the runner's own
+float dtype, so a remote chunk equals the local one bit for bit (joint targets in
 ``joint_names`` order, step ``i`` for ``t_obs + i * dt_action_s``),
 ``server_timing`` (``infer_ms``, ``decode_ms``, ``queue_ms``, ``prev_total_ms``,
 ``stages_ms``), ``server_recv_time_s`` / ``server_time_s`` (server wall clock
@@ -76,6 +77,12 @@ class InferRequest:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
+def _float_array(values: np.ndarray) -> np.ndarray:
+    """``values`` in its own float dtype (float64 for anything else): no rounding on the wire."""
+    array = np.asarray(values)
+    return array if array.dtype.kind == "f" else array.astype(np.float64)
+
+
 def observation_to_request(
     obs: Observation,
     noise: np.ndarray | None = None,
@@ -93,9 +100,9 @@ def observation_to_request(
     request[KEY_PROMPT] = str(obs.instruction)
     request[KEY_TIMESTAMP] = float(obs.stamp_s)
     if noise is not None:
-        request[KEY_NOISE] = np.asarray(noise, dtype=np.float32)
+        request[KEY_NOISE] = _float_array(noise)
     if prefix_actions is not None:
-        request[KEY_PREFIX_ACTIONS] = np.asarray(prefix_actions, dtype=np.float32)
+        request[KEY_PREFIX_ACTIONS] = _float_array(prefix_actions)
         request[KEY_PREFIX_LEN] = int(prefix_len)
     if request_id is not None:
         request[KEY_REQUEST_ID] = int(request_id)
@@ -134,7 +141,7 @@ def _matrix(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray |
         raise InvalidObservationError(f"{key} = {shape}: must be a float array {list(expected)}")
     if not np.all(np.isfinite(value)):
         raise InvalidObservationError(f"{key} holds NaN or inf: must be finite")
-    return np.array(value, dtype=np.float32, copy=True)
+    return np.array(value, copy=True)
 
 
 def _optional_int(request: dict[str, Any], key: str, lo: int, hi: int) -> int | None:
@@ -235,7 +242,10 @@ def request_to_observation(
 
 def chunk_to_response(chunk: ActionChunk, request: InferRequest) -> dict[str, Any]:
     """The reply map for ``chunk`` (timing fields are added by the server)."""
-    response: dict[str, Any] = {"actions": np.asarray(chunk.positions, dtype=np.float32)}
+    positions = np.asarray(chunk.positions)
+    if positions.dtype.kind != "f":
+        positions = positions.astype(np.float64)
+    response: dict[str, Any] = {"actions": positions}  # runner's float dtype: exact parity
     if request.client_stamp_s is not None:
         response["t_obs_s"] = request.client_stamp_s
     if request.request_id is not None:

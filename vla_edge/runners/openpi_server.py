@@ -442,6 +442,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-connections", type=int, default=8, help="most simultaneous clients (default 8)"
     )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="intra-op threads of the runner (default 2)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -468,4 +471,4 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         metadata={"policy": str(args.policy)},
     )
-    return server.serve_forever(loader=lambda: make_runner(args.policy))
+    return server.serve_forever(loader=lambda: make_runner(args.policy, threads=args.threads))
