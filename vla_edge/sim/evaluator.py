@@ -142,12 +142,12 @@ def run_episode(
     video_frames: list[np.ndarray] | None = None,
 ) -> EpisodeResult:
     """Run one episode of ``task`` from ``init_state_id``; return its outcome."""
-    obs = env.reset(task.name, init_state_id)
     instruction = (
         task.instruction
         if settings.instructions == "canonical"
         else task.paraphrases[init_state_id % len(task.paraphrases)]
     )
+    obs = env.reset(task.name, init_state_id, instruction=instruction)
     spec = runner.spec
     cfg = controller_config_for(controller_base, settings, spec.chunk_horizon, spec.dt_action_s)
     period_s = 1.0 / cfg.rate_hz
@@ -238,8 +238,9 @@ def run_episode(
         tick += 1
 
         if video_frames is not None and env.time_s >= next_frame_s:
-            frame = env.observe(render=True).images
-            video_frames.append(next(iter(frame.values())))
+            from vla_edge.sim.video import tile_cameras
+
+            video_frames.append(tile_cameras(env.observe(render=True).images))
             next_frame_s += 1.0 / settings.video_fps
         if env.time_s >= next_success_check_s:
             next_success_check_s += settings.success_check_period_s
