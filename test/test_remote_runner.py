@@ -297,3 +297,88 @@ def test_frozen_server_process_raises_timeout_not_a_hang() -> None:
     finally:
         proc.kill()
         proc.wait(5.0)
+
+
+def test_killed_server_mid_run_brings_controller_to_hold_and_restart_resumes() -> None:
+    """Real-time loop: controller at 100 Hz, inference thread over RemoteRunner."""
+    import queue
+    import threading
+
+    from vla_edge.config.models import ControllerConfig
+    from vla_edge.control.controller import Controller
+    from vla_edge.control.watchdog import Watchdog
+    from vla_edge.core.stop import StopCategory
+
+    config = ControllerConfig(merge="replace")
+    port = free_port()
+    proc = _spawn_server(port)
+    runner = RemoteRunner(f"ws://127.0.0.1:{port}", timeout_s=0.3, backoff_max_s=0.2)
+    controller = Controller(config, np.zeros(7))
+    watchdog = Watchdog({"chunk": (config.chunk_timeout_s, StopCategory.CAT2)})
+    chunks: queue.Queue = queue.Queue()
+    wanted = threading.Event()
+    stop = threading.Event()
+    latest: dict[str, np.ndarray] = {"state": np.zeros(7)}
+    failures: list[str] = []
+
+    def inference_loop() -> None:
+        while not stop.is_set():
+            if not wanted.wait(0.01):
+                continue
+            wanted.clear()
+            obs = make_observation(seed=0, stamp_s=time.monotonic())
+            obs.state = latest["state"].copy()
+            try:
+                chunks.put(runner.infer(obs))
+            except RemoteRunnerError as exc:
+                failures.append(type(exc).__name__)
+                time.sleep(0.02)
+
+    worker = threading.Thread(target=inference_loop, daemon=True)
+    worker.start()
+    t0 = time.monotonic()
+    events: dict[str, float] = {}
+    commands: list[np.ndarray] = []
+    try:
+        while time.monotonic() - t0 < 12.0:
+            now_s = time.monotonic()
+            while not chunks.empty():
+                controller.submit(chunks.get(), now_s)
+                watchdog.beat("chunk", now_s)
+                if "killed" in events and "restarted" in events and "resumed" not in events:
+                    events["resumed"] = now_s
+            command = controller.step(now_s)
+            commands.append(command.positions.copy())
+            latest["state"] = command.positions
+            if controller.needs_inference(now_s):
+                wanted.set()
+            elapsed_s = now_s - t0
+            if "killed" not in events and elapsed_s > 1.0:
+                assert not controller.holding and controller.counters["accepted"] >= 2
+                proc.kill()
+                proc.wait(5.0)
+                events["killed"] = now_s
+            if "killed" in events and "hold" not in events and controller.holding:
+                events["hold"] = now_s
+            if "hold" in events and "cat2" not in events and watchdog.check(now_s).severity:
+                events["cat2"] = now_s
+            if "cat2" in events and "restarted" not in events:
+                proc = _spawn_server(port)
+                events["restarted"] = time.monotonic()
+            if "resumed" in events and now_s - events["resumed"] > 0.3:
+                break
+            time.sleep(max(0.0, 0.01 - (time.monotonic() - now_s)))
+    finally:
+        stop.set()
+        worker.join(2.0)
+        runner.close()
+        proc.kill()
+        proc.wait(5.0)
+
+    assert {"killed", "hold", "cat2", "restarted", "resumed"} <= set(events), events
+    # the buffered chunk (< 1 s) runs out, then the hold starts: no waiting on the dead server
+    assert events["hold"] - events["killed"] < 1.0 + 0.3
+    assert set(failures) <= {"RemoteConnectionError", "RemoteTimeoutError"} and failures
+    assert not controller.holding  # fresh chunks after the restart
+    steps = np.abs(np.diff(np.asarray(commands), axis=0)).max()
+    assert steps < 0.05  # no jump at the hold or at the resume
