@@ -42,6 +42,10 @@ setup(
     entry_points={
         "console_scripts": [
             "vla-edge = vla_edge.cli:main",
+            "controller_node = vla_edge.nodes.controller_node:main",
+            "inference_node = vla_edge.nodes.inference_node:main",
+            "safety_node = vla_edge.nodes.safety_node:main",
+            "sim_node = vla_edge.nodes.sim_node:main",
         ],
     },
 )
