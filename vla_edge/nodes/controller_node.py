@@ -1,0 +1,214 @@
+"""Controller node: a fixed-rate timer stepping the control core.
+
+Subscribes ``/action_chunk`` (``JointTrajectory`` stamped with the observation
+time) and ``/joint_states``; publishes the UNSAFE command on
+``/controller/command`` (the safety node filters it), its remaining plan on
+``/controller/plan`` whenever its trigger asks for a new chunk (that message is
+the inference request), and ``/diagnostics``: chunk age, buffer depth,
+rejections, loop period jitter, watchdog.
+
+Nothing is commanded before the first joint state: the controller starts from
+the measured positions.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from vla_edge.config.models import ControllerConfig
+from vla_edge.control.controller import Controller
+from vla_edge.control.watchdog import Watchdog
+from vla_edge.core.errors import ChunkRejectedError, InvalidObservationError, VlaEdgeError
+from vla_edge.core.stop import StopCategory
+from vla_edge.nodes import graph
+from vla_edge.nodes.conversions import (
+    chunk_to_trajectory,
+    diagnostic_array,
+    joint_state_to_positions,
+    positions_to_multiarray,
+    s_to_stamp,
+    status_to_diagnostic,
+    trajectory_to_chunk,
+)
+from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
+from vla_edge.nodes.params import config_from_parameters
+
+DIAGNOSTICS_PERIOD_S = 1.0
+DIAGNOSTIC_NAME = "vla_edge/controller"
+
+
+class ControllerNode(Node):
+    """Thin adapter: ROS messages in, :class:`Controller` in the middle, commands out."""
+
+    def __init__(self) -> None:
+        super().__init__("controller_node", automatically_declare_parameters_from_overrides=True)
+        self.config = config_from_parameters(self, ControllerConfig)
+        self.joint_names = tuple(self.config.joint_names)
+        self.controller: Controller | None = None
+        self.watchdog = Watchdog.from_controller_config(self.config, start_s=self._now_s())
+        self.measured: np.ndarray | None = None
+        self.bad_input = BadInputCounter(self.get_logger().warning)
+        self._logged_rejections: set[str] = set()
+        self.jitter = PeriodJitter(1.0 / self.config.rate_hz)
+        self.chunk_age_ms = Histogram(1.0, 5000.0)
+        self.underruns = 0
+        self._was_holding = True
+        self._accepted_once = False
+
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self.command_pub = self.create_publisher(
+            Float64MultiArray, graph.TOPIC_CONTROLLER_COMMAND, qos
+        )
+        self.plan_pub = self.create_publisher(JointTrajectory, graph.TOPIC_CONTROLLER_PLAN, qos)
+        self.diag_pub = self.create_publisher(DiagnosticArray, graph.TOPIC_DIAGNOSTICS, 10)
+        self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
+        self.create_subscription(JointTrajectory, graph.TOPIC_ACTION_CHUNK, self._on_chunk, qos)
+        self.create_timer(1.0 / self.config.rate_hz, self._on_tick)
+        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        self.get_logger().info(
+            f"controller at {self.config.rate_hz} Hz, merge={self.config.merge}, "
+            f"trigger={self.config.infer_trigger}, max_chunk_age_s={self.config.max_chunk_age_s}"
+        )
+
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        try:
+            positions = joint_state_to_positions(msg, self.joint_names)
+        except InvalidObservationError as exc:
+            self.bad_input.record(getattr(exc, "reason", type(exc).__name__), str(exc))
+            return
+        now_s = self._now_s()
+        self.measured = positions
+        self.watchdog.beat("joint_state", now_s)
+        if self.controller is None:
+            self.controller = Controller(self.config, initial_positions=positions)
+            self.get_logger().info(f"first joint state: holding at {np.round(positions, 3)}")
+
+    def _on_chunk(self, msg: JointTrajectory) -> None:
+        now_s = self._now_s()
+        try:
+            chunk = trajectory_to_chunk(msg, self.config.dt_action_s)
+        except ChunkRejectedError as exc:
+            self.bad_input.record(f"chunk_{exc.reason}", str(exc))
+            return
+        self.chunk_age_ms.add((now_s - chunk.t_obs_s) * 1e3)
+        if self.controller is None:
+            self.bad_input.record(
+                "chunk_before_joint_state", "chunk arrived before any joint state"
+            )
+            return
+        if "joint_state" in self.watchdog.expired(now_s):
+            self.bad_input.record("chunk_without_joint_state", "joint states lost: chunk refused")
+            return
+        try:
+            self.controller.submit(chunk, now_s)
+        except ChunkRejectedError as exc:  # counted by the controller core
+            if exc.reason not in self._logged_rejections:
+                self._logged_rejections.add(exc.reason)
+                self.get_logger().warning(
+                    f"chunk rejected ({exc.reason}): {exc} (logged once; counted on /diagnostics)"
+                )
+            return
+        self._accepted_once = True
+        self.watchdog.beat("chunk", now_s)
+        self.watchdog.beat("observation", chunk.t_obs_s)
+
+    # --- the control loop -----------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        self.jitter.tick(time.monotonic())
+        now_s = self._now_s()
+        self.watchdog.beat("control_loop", now_s)
+        controller = self.controller
+        if controller is None:
+            return
+        command = controller.step(now_s, measured_positions=self.measured)
+        self.command_pub.publish(positions_to_multiarray(command.positions))
+        holding = controller.holding
+        if holding and not self._was_holding and self._accepted_once:
+            self.underruns += 1
+        self._was_holding = holding
+        if controller.needs_inference(now_s) and "joint_state" not in self.watchdog.expired(now_s):
+            self.plan_pub.publish(self._plan_message(controller, now_s))
+
+    def _plan_message(self, controller: Controller, now_s: float) -> JointTrajectory:
+        """The remaining plan (empty trajectory stamped ``now`` while holding)."""
+        plan = controller.remaining_plan(now_s)
+        if plan is None:
+            empty = JointTrajectory()
+            empty.header.stamp = s_to_stamp(now_s)
+            empty.joint_names = list(self.joint_names)
+            return empty
+        return chunk_to_trajectory(plan)
+
+    # --- diagnostics ----------------------------------------------------------------------
+
+    def status(self, now_s: float) -> dict[str, object]:
+        """Status dict for ``/diagnostics``."""
+        expired = self.watchdog.expired(now_s)
+        category = self.watchdog.check(now_s)
+        values: dict[str, object] = {
+            "rate_hz": self.config.rate_hz,
+            "max_chunk_age_s": self.config.max_chunk_age_s,
+            "watchdog_category": category.value,
+            "watchdog_expired": ",".join(expired),
+            "buffer_underruns": self.underruns,
+            **self.jitter.jitter_ms.summary("period_jitter_ms"),
+            **self.jitter.period_ms.summary("period_ms"),
+            **self.chunk_age_ms.summary("chunk_age_ms"),
+            **self.bad_input.as_values(),
+        }
+        if self.controller is None:
+            return {"level": "WARN", "message": "waiting for the first joint state", **values}
+        values.update(self.controller.diagnostics(now_s))
+        if category == StopCategory.CAT1:
+            level, message = "ERROR", f"watchdog expired: {', '.join(expired)}"
+        elif self.controller.holding:
+            level, message = "WARN", "holding (no buffered chunk)"
+        else:
+            level, message = "OK", "following chunks"
+        return {"level": level, "message": message, **values}
+
+    def _publish_diagnostics(self) -> None:
+        now_s = self._now_s()
+        self.diag_pub.publish(
+            diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, self.status(now_s))], now_s)
+        )
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the controller node until Ctrl-C or external shutdown."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = ControllerNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except VlaEdgeError as exc:
+        print(f"[FATAL] controller_node: {type(exc).__name__}: {exc}", flush=True)
+        return 1
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,225 @@
+"""Safety node: the independent last stage before the robot.
+
+A separate process with its own parameter file (``config/safety.yaml``). It
+imports only the safety core, ``vla_edge.core``, ``vla_edge.config``, rclpy and
+standard messages (a test checks this), so that it keeps holding the robot
+whatever happens upstream; its few message helpers are therefore local.
+
+* ``/controller/command`` (``Float64MultiArray``, the unsafe command) and
+  ``/joint_states`` in;
+* ``/joint_commands`` (``Float64MultiArray``) out at ``rate_hz``: the filtered
+  command, or the supervisor's hold when no new command arrived;
+* ``/estop`` (``std_msgs/Bool``, ``true`` latches), ``/safety/reset``
+  (``std_srvs/Trigger``; never resumes motion by itself);
+* ``/diagnostics``: the supervisor's status and counters plus bad-input counts.
+
+Nothing is published before the first joint state: the limiter starts from
+the measured positions.
+"""
+
+from __future__ import annotations
+
+import array
+
+import numpy as np
+import rclpy
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, Float64MultiArray, MultiArrayDimension
+from std_srvs.srv import Trigger
+
+from vla_edge.config.loader import validate_params
+from vla_edge.config.models import SafetyConfig
+from vla_edge.core.errors import VlaEdgeError
+from vla_edge.core.types import JointCommand
+from vla_edge.safety.supervisor import SafetySupervisor
+
+TOPIC_COMMAND_IN = "/controller/command"
+TOPIC_COMMAND_OUT = "/joint_commands"
+TOPIC_JOINT_STATES = "/joint_states"
+TOPIC_ESTOP = "/estop"
+TOPIC_DIAGNOSTICS = "/diagnostics"
+SERVICE_RESET = "/safety/reset"
+DIAGNOSTIC_NAME = "vla_edge/safety"
+DIAGNOSTICS_PERIOD_S = 1.0
+_ROS_BUILTIN_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
+_LEVELS = (
+    DiagnosticStatus.OK,
+    DiagnosticStatus.WARN,
+    DiagnosticStatus.ERROR,
+    DiagnosticStatus.STALE,
+)
+
+
+class SafetyNode(Node):
+    """Thin adapter around :class:`SafetySupervisor`."""
+
+    def __init__(self) -> None:
+        super().__init__("safety_node", automatically_declare_parameters_from_overrides=True)
+        params = {}
+        for name, param in self.get_parameters_by_prefix("").items():
+            if name not in _ROS_BUILTIN_PARAMETERS:
+                value = param.value
+                params[name] = list(value) if isinstance(value, array.array | tuple) else value
+        self.config = validate_params(SafetyConfig, params, f"node {self.get_name()}")
+        self.joint_names = tuple(self.config.joint_names)
+        self.supervisor: SafetySupervisor | None = None
+        self._pending: JointCommand | None = None
+        self._estop_before_start = False
+        self.bad_input: dict[str, int] = {}
+        self.published = 0
+
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self.command_pub = self.create_publisher(Float64MultiArray, TOPIC_COMMAND_OUT, qos)
+        self.diag_pub = self.create_publisher(DiagnosticArray, TOPIC_DIAGNOSTICS, 10)
+        self.create_subscription(Float64MultiArray, TOPIC_COMMAND_IN, self._on_command, qos)
+        self.create_subscription(JointState, TOPIC_JOINT_STATES, self._on_joint_state, qos)
+        self.create_subscription(Bool, TOPIC_ESTOP, self._on_estop, qos)
+        self.create_service(Trigger, SERVICE_RESET, self._on_reset)
+        self.create_timer(1.0 / self.config.rate_hz, self._on_tick)
+        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        self.get_logger().info(
+            f"safety at {self.config.rate_hz} Hz, e-stop {self.config.estop_category}, "
+            f"command_timeout_s={self.config.command_timeout_s}"
+        )
+
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _bad(self, cause: str, message: str) -> None:
+        """Count bad input; log each cause once."""
+        if cause not in self.bad_input:
+            self.get_logger().warning(
+                f"bad input ({cause}): {message} (logged once; counted on /diagnostics)"
+            )
+        self.bad_input[cause] = self.bad_input.get(cause, 0) + 1
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        names = list(msg.name)
+        if len(msg.position) != len(names):
+            self._bad("missing_joints", f"{len(msg.position)} positions for {len(names)} names")
+            return
+        index = {name: i for i, name in enumerate(names)}
+        missing = [j for j in self.joint_names if j not in index]
+        if missing:
+            self._bad("missing_joints", f"joints {missing} missing from JointState (has {names})")
+            return
+        positions = np.array([msg.position[index[j]] for j in self.joint_names], dtype=np.float64)
+        if not np.all(np.isfinite(positions)):
+            self._bad("non_finite_joint_state", f"positions = {positions.tolist()}")
+            return
+        now_s = self._now_s()
+        if self.supervisor is None:
+            self.supervisor = SafetySupervisor(self.config, initial_positions=positions)
+            if self._estop_before_start:
+                self.supervisor.estop(now_s)
+            self.get_logger().info(f"first joint state: holding at {np.round(positions, 3)}")
+        self.supervisor.on_joint_state(positions, now_s)
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        data = np.asarray(msg.data, dtype=np.float64)
+        if data.shape != (len(self.joint_names),):
+            # still handed to the supervisor, which rejects and counts it (joint_mismatch)
+            self._bad("command_size", f"{data.size} values, expected {len(self.joint_names)}")
+        self._pending = JointCommand(self._now_s(), self.joint_names, data)
+
+    def _on_estop(self, msg: Bool) -> None:
+        if not msg.data:
+            return  # releasing the button does not clear the latch: /safety/reset does
+        now_s = self._now_s()
+        self.get_logger().warning("E-STOP pressed: latched until /safety/reset")
+        if self.supervisor is None:
+            self._estop_before_start = True
+        else:
+            self.supervisor.estop(now_s)
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        del request
+        if self.supervisor is None:
+            self._estop_before_start = False
+            response.success = True
+            response.message = "no joint state yet: e-stop cleared"
+            return response
+        cleared = self.supervisor.reset(self._now_s())
+        response.success = True
+        response.message = (
+            "e-stop cleared; motion resumes only on a command stamped after this reset"
+            if cleared
+            else "e-stop was not latched"
+        )
+        self.get_logger().info(f"reset: {response.message}")
+        return response
+
+    # --- the safety loop ------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        supervisor = self.supervisor
+        if supervisor is None:
+            return
+        now_s = self._now_s()
+        command, self._pending = self._pending, None
+        safe = supervisor.hold(now_s) if command is None else supervisor.filter(command, now_s)
+        out = Float64MultiArray()
+        out.layout.dim = [MultiArrayDimension(label="joints", size=safe.size, stride=safe.size)]
+        out.data = np.asarray(safe, dtype=np.float64).tolist()
+        self.command_pub.publish(out)
+        self.published += 1
+
+    # --- diagnostics ----------------------------------------------------------------------
+
+    def _publish_diagnostics(self) -> None:
+        now_s = self._now_s()
+        status = DiagnosticStatus(name=DIAGNOSTIC_NAME, hardware_id="vla_edge")
+        values: dict[str, object] = {"published": self.published, "rate_hz": self.config.rate_hz}
+        values.update({f"bad_input.{k}": v for k, v in sorted(self.bad_input.items())})
+        values["bad_input.total"] = sum(self.bad_input.values())
+        if self.supervisor is None:
+            status.level = DiagnosticStatus.WARN
+            status.message = "waiting for the first joint state (publishing nothing)"
+        else:
+            report = self.supervisor.status()
+            level = int(report.get("level", 2))  # type: ignore[call-overload]
+            status.level = _LEVELS[level] if 0 <= level <= 3 else DiagnosticStatus.ERROR
+            status.message = str(report.get("message", ""))
+            values.update(report.get("values", {}))  # type: ignore[arg-type]
+        status.values = [KeyValue(key=k, value=_text(v)) for k, v in values.items()]
+        ns = int(now_s * 1e9)
+        array_msg = DiagnosticArray(status=[status])
+        array_msg.header.stamp = Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+        self.diag_pub.publish(array_msg)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return str(getattr(value, "value", value))
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the safety node until Ctrl-C or external shutdown."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SafetyNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except VlaEdgeError as exc:
+        print(f"[FATAL] safety_node: {type(exc).__name__}: {exc}", flush=True)
+        return 1
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

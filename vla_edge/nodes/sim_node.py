@@ -1,0 +1,269 @@
+"""Sim node: the MuJoCo tabletop stepped in real time, as a robot with cameras.
+
+* steps the physics at the control rate (100 Hz, 5 substeps of 2 ms), catching
+  up on late timer callbacks so simulated time follows the wall clock;
+* publishes ``/camera/<name>/image_raw`` (rgb8) per camera at
+  ``publish_rate_hz``, ``/joint_states`` at ``joint_state_rate_hz``, the
+  privileged ``/sim/state`` with each camera frame (for the scripted expert),
+  ``/task_success`` (``std_msgs/Bool``) and the instruction on ``/instruction``
+  (transient-local);
+* takes the SAFE position command ``/joint_commands`` (``Float64MultiArray``,
+  as a ros2_control forward-command controller would);
+* ``~/reset`` (``std_srvs/Trigger``) re-places the objects of the task and
+  initial state named by the ``task`` / ``init_state_id`` parameters. The arm
+  stays where it is (a real arm cannot jump), so the rest of the graph keeps a
+  consistent view; the full initial state (arm included) is applied once at start.
+
+All stamps are the node clock's time at which the state was observed.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Bool, Float64MultiArray, String
+from std_srvs.srv import Trigger
+
+from vla_edge.config.models import SimConfig
+from vla_edge.core.errors import CommandJointMismatchError, ConfigError, VlaEdgeError
+from vla_edge.nodes import graph
+from vla_edge.nodes.conversions import (
+    array_to_image,
+    diagnostic_array,
+    multiarray_to_positions,
+    positions_to_joint_state,
+    status_to_diagnostic,
+)
+from vla_edge.nodes.metrics import BadInputCounter
+from vla_edge.nodes.params import config_from_parameters
+from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
+
+DIAGNOSTIC_NAME = "vla_edge/sim"
+DIAGNOSTICS_PERIOD_S = 1.0
+# At most this many control periods are simulated in one callback to catch up.
+MAX_CATCH_UP_STEPS = 10
+
+
+class SimNode(Node):
+    """Thin adapter around ``TabletopEnv``."""
+
+    def __init__(self) -> None:
+        super().__init__("sim_node", automatically_declare_parameters_from_overrides=True)
+        self.config = config_from_parameters(self, SimConfig)
+        if self.config.suite != "tabletop":
+            raise ConfigError(f"suite = {self.config.suite!r}: only 'tabletop' exists")
+        from vla_edge.sim.env import PHYSICS_DT_S, TabletopEnv
+
+        if abs(self.config.physics_hz - 1.0 / PHYSICS_DT_S) > 1e-6:
+            raise ConfigError(
+                f"physics_hz = {self.config.physics_hz}: the tabletop scene steps at "
+                f"{1.0 / PHYSICS_DT_S:.0f} Hz"
+            )
+        self.env = TabletopEnv(
+            image_height=self.config.image_height,
+            image_width=self.config.image_width,
+            cameras=self.config.cameras,
+        )
+        self.joint_names = tuple(self.env.joint_names)
+        self.control_dt_s = float(self.env.control_dt_s)
+        self.bad_input = BadInputCounter(self.get_logger().warning)
+        self.episode = 0
+        self.steps = 0
+        self.late_steps = 0
+        self.success = False
+        self.commands = 0
+
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        latched = QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.image_pubs = {
+            cam: self.create_publisher(Image, graph.camera_topic(cam), qos)
+            for cam in self.config.cameras
+        }
+        self.joint_pub = self.create_publisher(JointState, graph.TOPIC_JOINT_STATES, qos)
+        self.state_pub = self.create_publisher(Float64MultiArray, graph.TOPIC_SIM_STATE, qos)
+        self.success_pub = self.create_publisher(Bool, graph.TOPIC_TASK_SUCCESS, latched)
+        self.instruction_pub = self.create_publisher(String, graph.TOPIC_INSTRUCTION, latched)
+        self.diag_pub = self.create_publisher(DiagnosticArray, graph.TOPIC_DIAGNOSTICS, 10)
+        self.create_subscription(
+            Float64MultiArray, graph.TOPIC_JOINT_COMMANDS, self._on_command, qos
+        )
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        defaults = {"task": self.config.task, "init_state_id": self.config.init_state_id}
+        for name, default in defaults.items():
+            if not self.has_parameter(name):
+                self.declare_parameter(name, default)
+
+        self._reset_scene(keep_arm=False)
+        self._t0_wall_s = time.monotonic()
+        self._next_joint_state_s = 0.0
+        self._next_frame_s = 0.0
+        self.create_timer(self.control_dt_s, self._on_tick)
+        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+
+    def _now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    # --- episode --------------------------------------------------------------------------
+
+    def _reset_scene(self, keep_arm: bool) -> None:
+        """Reset to the parameters' task and initial state (optionally keeping the arm)."""
+        import mujoco
+
+        task = str(self.get_parameter("task").value)
+        init_state_id = int(self.get_parameter("init_state_id").value)
+        arm_qadr = self._arm_qpos_indices()
+        arm_qpos = self.env.data.qpos[arm_qadr].copy()
+        self.env.reset(task, init_state_id)
+        if keep_arm:
+            self.env.data.qpos[arm_qadr] = arm_qpos
+            self.env.data.qvel[:] = 0.0
+            mujoco.mj_forward(self.env.model, self.env.data)
+        self.targets = self.env.state()
+        self.episode += 1
+        self.success = False
+        self.instruction_pub.publish(String(data=self.env.instruction))
+        self.success_pub.publish(Bool(data=False))
+        self.get_logger().info(
+            f"episode {self.episode}: task {task!r}, init state {init_state_id}: "
+            f"{self.env.instruction!r}"
+        )
+
+    def _arm_qpos_indices(self) -> np.ndarray:
+        """Addresses in ``qpos`` of the arm joints and the fingers."""
+        model = self.env.model
+        names = [*self.joint_names[:-1], "finger_left", "finger_right"]
+        return np.array([int(model.joint(n).qposadr[0]) for n in names])
+
+    def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        del request
+        try:
+            self._reset_scene(keep_arm=True)
+        except VlaEdgeError as exc:
+            self.bad_input.record("reset_parameters", f"{type(exc).__name__}: {exc}")
+            response.success = False
+            response.message = f"{type(exc).__name__}: {exc}"
+            return response
+        response.success = True
+        response.message = f"episode {self.episode}: {self.env.instruction}"
+        return response
+
+    # --- inputs ---------------------------------------------------------------------------
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        try:
+            targets = multiarray_to_positions(msg, len(self.joint_names))
+        except CommandJointMismatchError as exc:
+            self.bad_input.record("command_size", str(exc))
+            return
+        if not np.all(np.isfinite(targets)):
+            self.bad_input.record("command_non_finite", f"targets = {targets.tolist()}")
+            return
+        self.targets = targets
+        self.commands += 1
+
+    # --- real-time stepping ---------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        due = int((time.monotonic() - self._t0_wall_s) / self.control_dt_s) - self.steps
+        if due <= 0:
+            return
+        if due > MAX_CATCH_UP_STEPS:  # far behind (e.g. the process was paused): drop time
+            self.late_steps += due - MAX_CATCH_UP_STEPS
+            self._t0_wall_s += (due - MAX_CATCH_UP_STEPS) * self.control_dt_s
+            due = MAX_CATCH_UP_STEPS
+        for _ in range(due):
+            self.env.step(self.targets)
+            self.steps += 1
+        now_s = self._now_s()
+        sim_s = self.steps * self.control_dt_s
+        if sim_s >= self._next_joint_state_s:
+            self._next_joint_state_s = sim_s + 1.0 / self.config.joint_state_rate_hz - 1e-9
+            self.joint_pub.publish(
+                positions_to_joint_state(self.joint_names, self.env.state(), now_s)
+            )
+        if sim_s >= self._next_frame_s:
+            self._next_frame_s = sim_s + 1.0 / self.config.publish_rate_hz - 1e-9
+            self._publish_frame(now_s)
+
+    def _publish_frame(self, stamp_s: float) -> None:
+        """Images of every camera, the privileged state and success, all at ``stamp_s``."""
+        data = self.env.data
+        self.state_pub.publish(
+            encode_sim_state(
+                SimStateSnapshot(
+                    task=self.env.task.name,
+                    episode=self.episode,
+                    init_state_id=self.env.init_state_id,
+                    time_s=stamp_s,
+                    qpos=data.qpos,
+                    qvel=data.qvel,
+                )
+            )
+        )
+        for cam, pub in self.image_pubs.items():
+            pub.publish(array_to_image(self.env.render(cam), stamp_s, frame_id=cam))
+        success = bool(self.env.success())
+        if success and not self.success:
+            self.get_logger().info(f"task success after {self.steps * self.control_dt_s:.1f} s")
+        self.success = self.success or success
+        self.success_pub.publish(Bool(data=success))
+
+    # --- diagnostics ----------------------------------------------------------------------
+
+    def _publish_diagnostics(self) -> None:
+        now_s = self._now_s()
+        status = {
+            "level": "OK",
+            "message": f"episode {self.episode}: {self.env.task.name}",
+            "task": self.env.task.name,
+            "episode": self.episode,
+            "sim_time_s": self.steps * self.control_dt_s,
+            "late_steps_dropped": self.late_steps,
+            "commands_received": self.commands,
+            "success": int(self.success),
+            "penetrating_contacts": self.env.penetrating_contacts(),
+            **self.bad_input.as_values(),
+        }
+        self.diag_pub.publish(
+            diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, status)], now_s)
+        )
+
+    def close(self) -> None:
+        """Release the renderer."""
+        self.env.close()
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the sim node until Ctrl-C or external shutdown."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SimNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except VlaEdgeError as exc:
+        print(f"[FATAL] sim_node: {type(exc).__name__}: {exc}", flush=True)
+        return 1
+    finally:
+        if node is not None:
+            node.close()
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
