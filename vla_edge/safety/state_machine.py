@@ -83,7 +83,8 @@ class SafetyStateMachine:
         ):
             self._latch_cat1("joint_state_lost", now_s)
         if self.last_command_s is not None and now_s - self.last_command_s > cfg.command_timeout_s:
-            self._latch_cat1("command_silence", now_s)
+            # Keep the first detection: any command stamped after it ends the silence.
+            self.cat1_reasons.setdefault("command_silence", now_s)
         return self._recompute()
 
     def on_joint_state(self, now_s: float, tracking_ok: bool) -> None:
