@@ -1,0 +1,133 @@
+"""Shipped configs load; a bad field fails at load naming file, field, value and bound."""
+
+from pathlib import Path
+
+import pytest
+
+from vla_edge.config import (
+    ControllerConfig,
+    InferenceConfig,
+    SafetyConfig,
+    SimConfig,
+    load_node_params,
+    load_yaml_file,
+    model_to_ros_params,
+)
+from vla_edge.core import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
+MODELS = {
+    "controller_node": ControllerConfig,
+    "safety_node": SafetyConfig,
+    "inference_node": InferenceConfig,
+    "sim_node": SimConfig,
+}
+
+
+def test_every_shipped_config_file_loads_into_its_model() -> None:
+    files = sorted(CONFIG_DIR.glob("*.yaml"))
+    assert {f.name for f in files} >= {
+        "controller.yaml",
+        "safety.yaml",
+        "inference.yaml",
+        "sim.yaml",
+    }
+    validated = 0
+    for path in files:
+        data = load_yaml_file(path)
+        for node_name in data:
+            if node_name in MODELS:
+                config = load_node_params(path, node_name, MODELS[node_name])
+                assert model_to_ros_params(config)
+                validated += 1
+    assert validated >= 4
+
+
+def test_shipped_safety_limits_cover_every_joint() -> None:
+    config = load_node_params(CONFIG_DIR / "safety.yaml", "safety_node", SafetyConfig)
+    assert len(config.jerk_limit_per_s3) == len(config.joint_names) == 7
+    controller = load_node_params(
+        CONFIG_DIR / "controller.yaml", "controller_node", ControllerConfig
+    )
+    assert controller.joint_names == config.joint_names
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_out_of_bound_field_names_file_field_value_and_bound(tmp_path: Path) -> None:
+    path = write(tmp_path, "controller_node:\n  ros__parameters:\n    rate_hz: -5.0\n")
+    with pytest.raises(ConfigError) as info:
+        load_node_params(path, "controller_node", ControllerConfig)
+    message = str(info.value)
+    assert str(path) in message
+    assert "rate_hz = -5.0" in message
+    assert "gt=0.0" in message
+
+
+def test_unknown_field_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "controller_node:\n  ros__parameters:\n    rate_hzz: 100.0\n")
+    with pytest.raises(ConfigError, match="rate_hzz = 100.0: Extra inputs are not permitted"):
+        load_node_params(path, "controller_node", ControllerConfig)
+
+
+def test_action_period_shorter_than_control_period_is_refused(tmp_path: Path) -> None:
+    text = "controller_node:\n  ros__parameters:\n    rate_hz: 50.0\n    dt_action_s: 0.01\n"
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=r"dt_action_s=0.01 must be >= the control period"):
+        load_node_params(path, "controller_node", ControllerConfig)
+
+
+def safety_text(**overrides: str) -> str:
+    fields = {
+        "joint_names": "[a, b]",
+        "position_min": "[-1.0, -1.0]",
+        "position_max": "[1.0, 1.0]",
+        "soft_margin": "[0.1, 0.1]",
+        "velocity_limit_per_s": "[1.0, 1.0]",
+        "acceleration_limit_per_s2": "[5.0, 5.0]",
+        "deceleration_limit_per_s2": "[5.0, 5.0]",
+        "jerk_limit_per_s3": "[100.0, 100.0]",
+    }
+    fields.update(overrides)
+    body = "".join(f"    {k}: {v}\n" for k, v in fields.items())
+    return "safety_node:\n  ros__parameters:\n" + body
+
+
+def test_tiny_safety_config_loads(tmp_path: Path) -> None:
+    config = load_node_params(write(tmp_path, safety_text()), "safety_node", SafetyConfig)
+    assert config.joint_names == ["a", "b"]
+
+
+def test_per_joint_list_of_wrong_length_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, safety_text(velocity_limit_per_s="[1.0]"))
+    with pytest.raises(ConfigError, match="velocity_limit_per_s has 1 entries, expected 2"):
+        load_node_params(path, "safety_node", SafetyConfig)
+
+
+def test_soft_margins_wider_than_the_range_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, safety_text(soft_margin="[0.1, 1.5]"))
+    with pytest.raises(
+        ConfigError, match=r"joint b: position_max - position_min = 2.0 must exceed"
+    ):
+        load_node_params(path, "safety_node", SafetyConfig)
+
+
+def test_non_positive_jerk_limit_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, safety_text(jerk_limit_per_s3="[100.0, 0.0]"))
+    with pytest.raises(ConfigError, match="jerk_limit_per_s3 must be positive, got 0.0"):
+        load_node_params(path, "safety_node", SafetyConfig)
+
+
+def test_missing_node_section_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "other_node:\n  ros__parameters: {}\n")
+    with pytest.raises(ConfigError, match="no 'safety_node: ros__parameters:' section"):
+        load_node_params(path, "safety_node", SafetyConfig)
+
+
+def test_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_node_params(tmp_path / "nope.yaml", "safety_node", SafetyConfig)
