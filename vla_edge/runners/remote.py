@@ -242,7 +242,7 @@ class RemoteRunner:
                 f"{self.url}: reconnect back-off, next attempt in "
                 f"{self._next_attempt_s - now_s:.3f} s (backoff_s = {self._backoff_s:.3f})"
             )
-        remaining_s = deadline_s - now_s
+        remaining_s = max(deadline_s - now_s, 1e-3)
         headers = {"Authorization": f"Api-Key {self._api_key}"} if self._api_key else None
         try:
             ws = ws_client.connect(
@@ -280,8 +280,9 @@ class RemoteRunner:
         if hasattr(self, "spec"):
             try:
                 _check_metadata(self.spec, metadata)
-            except RemoteRunnerError:
+            except RemoteRunnerError as exc:
                 ws.close_socket()
+                self._fail_connect(str(exc))  # back off: a wrong server stays wrong
                 raise
         self.server_metadata = metadata
         self._ws = ws
