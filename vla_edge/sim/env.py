@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import mujoco
-import numpy as np
+# Headless rendering unless the caller chose a backend; read when mujoco is imported.
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
 
 from vla_edge.core.errors import ConfigError, InvalidActionError
 from vla_edge.core.types import Observation

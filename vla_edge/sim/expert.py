@@ -29,7 +29,7 @@ from vla_edge.sim.tasks import (
 )
 
 SPEED_M_PER_S = 0.12
-YAW_RATE_RAD_PER_S = 0.5
+YAW_RATE_RAD_PER_S = 0.4
 PRE_GRASP_Z_M = 0.10
 CARRY_Z_M = 0.12
 RETREAT_Z_M = 0.16
