@@ -1,0 +1,430 @@
+"""A virtual-time closed loop that mirrors the ROS graph, with fault injection points.
+
+One tick of ``env.control_dt_s`` (100 Hz) runs, in the order of the graph:
+
+1. **sim**: measures the joints (``/joint_states``) and, every
+   ``camera_period_s``, captures a frame stamped with the system clock
+   (``/camera/<name>/image_raw``); both pass through the injector.
+2. **inference** (alive unless crashed): keeps the newest delivered frame and
+   joint state; when the controller asks for a chunk (its trigger, the
+   ``/controller/plan`` request) and none is in flight, it runs the runner on
+   them; the chunk is delivered ``inference_delay_s`` (virtual) later, through
+   the injector (``/action_chunk``). While alive it beats the controller's
+   ``inference`` heartbeat (its diagnostics).
+3. **controller** (alive unless crashed; respawned fresh): a
+   :class:`~vla_edge.control.controller.Controller` plus its
+   :class:`~vla_edge.control.watchdog.Watchdog` (the standard heartbeats and
+   ``inference``). Category 2 (chunks missing) keeps stepping: the buffer runs
+   out into a controlled hold. Category 1 (observation, joint-state or
+   inference loss) withholds commands, so the safety layer's own command
+   watchdog brakes the arm; once the watchdog clears, the controller re-arms at
+   the measured position and resumes on fresh chunks.
+4. **safety**: a :class:`~vla_edge.safety.supervisor.SafetySupervisor` with its
+   own watchdogs filters the command (``filter``) or holds (``hold``) and
+   handles e-stop and reset (``/estop``, ``/safety/reset``).
+5. **env** steps with the safe command.
+
+The system clock is the simulated time plus the injector's clock step, so a
+clock jump moves every stamp and every ``now`` together. Everything the
+metrics need is recorded per tick in a :class:`Trace`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.control.controller import Controller
+from vla_edge.control.watchdog import Watchdog
+from vla_edge.core.errors import ChunkRejectedError
+from vla_edge.core.stop import StopCategory
+from vla_edge.core.types import ActionChunk, JointCommand, Observation
+from vla_edge.faults.injectors import CpuAffinityCap, Injector, make_injector
+from vla_edge.faults.scenario import FaultScenario
+from vla_edge.runners.base import Runner
+
+DEAD = -1  # watchdog severity recorded while the controller process is dead
+CLOCK_JUMP_FORWARD_S = 0.5  # a forward clock step larger than this is a jump, not a late tick
+
+
+@dataclass
+class HarnessSettings:
+    """How the closed loop runs (the same for every scenario of a suite).
+
+    Attributes:
+        task: default task (a scenario may name its own).
+        init_state_id: fixed initial state of the task.
+        inference_delay_s: virtual duration of one inference.
+        camera_period_s: time between two camera frames (``publish_rate_hz``).
+        inference_heartbeat_timeout_s: the controller's ``inference`` liveness timeout.
+        success_check_period_s: how often the task predicate is evaluated.
+        stop_on_success: end the episode when the task succeeds (benchmarks).
+    """
+
+    task: str = "lift_green_block"
+    init_state_id: int = 0
+    inference_delay_s: float = 0.1
+    camera_period_s: float = 0.1
+    inference_heartbeat_timeout_s: float = 0.5
+    success_check_period_s: float = 0.1
+    stop_on_success: bool = False
+
+
+@dataclass
+class Trace:
+    """Per-tick record of one run (episode time ``t_s`` is simulated time)."""
+
+    scenario: FaultScenario
+    joint_names: tuple[str, ...]
+    dt_s: float
+    t_s: list[float] = field(default_factory=list)
+    clock_s: list[float] = field(default_factory=list)
+    safe: list[np.ndarray] = field(default_factory=list)
+    measured: list[np.ndarray] = field(default_factory=list)
+    commanded: list[np.ndarray] = field(default_factory=list)
+    safety_severity: list[int] = field(default_factory=list)
+    watchdog_severity: list[int] = field(default_factory=list)
+    holding: list[bool] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    controller_rejected: list[int] = field(default_factory=list)
+    safety_rejected: list[int] = field(default_factory=list)
+    safety_limited: list[int] = field(default_factory=list)
+    success: bool = False
+    success_time_s: float | None = None
+    skipped: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The trace as numpy arrays."""
+        return {
+            "t_s": np.asarray(self.t_s),
+            "clock_s": np.asarray(self.clock_s),
+            "safe": np.asarray(self.safe).reshape(-1, len(self.joint_names)),
+            "measured": np.asarray(self.measured).reshape(-1, len(self.joint_names)),
+            "commanded": np.asarray(self.commanded).reshape(-1, len(self.joint_names)),
+            "safety_severity": np.asarray(self.safety_severity, dtype=int),
+            "watchdog_severity": np.asarray(self.watchdog_severity, dtype=int),
+            "holding": np.asarray(self.holding, dtype=bool),
+            "accepted": np.asarray(self.accepted, dtype=int),
+            "controller_rejected": np.asarray(self.controller_rejected, dtype=int),
+            "safety_rejected": np.asarray(self.safety_rejected, dtype=int),
+            "safety_limited": np.asarray(self.safety_limited, dtype=int),
+        }
+
+
+def controller_heartbeats(
+    config: ControllerConfig, inference_timeout_s: float
+) -> dict[str, tuple[float, StopCategory]]:
+    """The controller node's heartbeats: the standard four plus inference liveness (CAT1)."""
+    return {
+        "observation": (config.observation_timeout_s, StopCategory.CAT1),
+        "joint_state": (config.joint_state_timeout_s, StopCategory.CAT1),
+        "chunk": (config.chunk_timeout_s, StopCategory.CAT2),
+        "control_loop": (config.control_loop_timeout_s, StopCategory.CAT1),
+        "inference": (inference_timeout_s, StopCategory.CAT1),
+    }
+
+
+class _ControllerProcess:
+    """The controller node: controller core + watchdog + the stop policy on its category."""
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        heartbeats: dict[str, tuple[float, StopCategory]],
+        positions: np.ndarray,
+        now_s: float,
+    ) -> None:
+        self.config = config
+        self.core = Controller(config, initial_positions=positions)
+        self.watchdog = Watchdog(heartbeats, start_s=now_s)
+        self.stopped = False
+        self.last_obs_stamp_s = float("-inf")
+        self.accepted = 0
+        self.rejected = 0
+        self.heartbeats = heartbeats
+        self.last_now_s = now_s
+        self.clock_jumps = 0
+
+    def on_frame(self, frame: Observation, now_s: float) -> None:
+        if frame.stamp_s > self.last_obs_stamp_s:
+            self.last_obs_stamp_s = frame.stamp_s
+            self.watchdog.beat("observation", now_s)
+
+    def on_chunk(self, chunk: ActionChunk, now_s: float) -> bool:
+        """Submit ``chunk``; True if accepted."""
+        try:
+            self.core.submit(chunk, now_s)
+        except ChunkRejectedError:
+            self.rejected += 1
+            return False
+        self.accepted += 1
+        self.watchdog.beat("chunk", now_s)
+        return True
+
+    def on_clock(self, now_s: float, measured: np.ndarray) -> None:
+        """A clock jump handler (rclpy ``Clock.create_jump_handler``).
+
+        A step back, or forward by more than :data:`CLOCK_JUMP_FORWARD_S`,
+        invalidates every stamp held: the plan is dropped (the controller
+        re-arms at the measured position, a category-2 hold until a fresh chunk)
+        and the heartbeats restart from now.
+        """
+        step_s = now_s - self.last_now_s
+        self.last_now_s = now_s
+        if step_s >= 0.0 and step_s <= CLOCK_JUMP_FORWARD_S:
+            return
+        self.clock_jumps += 1
+        self.core = Controller(self.config, initial_positions=measured)
+        self.watchdog = Watchdog(self.heartbeats, start_s=now_s)
+        self.last_obs_stamp_s = float("-inf")
+
+    def tick(self, now_s: float, measured: np.ndarray | None) -> JointCommand | None:
+        """The command to publish this tick (``None``: withheld for a category-1 stop)."""
+        self.watchdog.beat("control_loop", now_s)
+        category = self.watchdog.check(now_s)
+        if category.severity >= StopCategory.CAT1.severity:
+            self.stopped = True
+            return None
+        if self.stopped:
+            # re-arm where the arm actually is; resume on fresh chunks only
+            if measured is None:
+                return None
+            self.core = Controller(self.config, initial_positions=measured)
+            self.stopped = False
+        return self.core.step(now_s, measured_positions=measured)
+
+    def severity(self, now_s: float) -> int:
+        category = self.watchdog.check(now_s)
+        if self.core.holding:
+            category = StopCategory.most_severe(category, StopCategory.CAT2)
+        return category.severity
+
+
+class FaultHarness:
+    """Runs scenarios in virtual time against a simulator, a runner and the real cores.
+
+    Args:
+        env: the simulator (``Env`` protocol plus ``success()`` and ``time_s``).
+        runner: the policy (the scripted expert for the fault suite).
+        controller_config: controller parameters (``config/controller.yaml``).
+        safety_config: safety parameters (``config/safety.yaml``).
+        settings: loop settings.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        runner: Runner,
+        controller_config: ControllerConfig,
+        safety_config: SafetyConfig,
+        settings: HarnessSettings | None = None,
+    ) -> None:
+        self.env = env
+        self.runner = runner
+        self.controller_config = controller_config
+        self.safety_config = safety_config
+        self.settings = settings or HarnessSettings()
+        self.heartbeats = controller_heartbeats(
+            controller_config, self.settings.inference_heartbeat_timeout_s
+        )
+
+    def run(self, scenario: FaultScenario, injector: Injector | None = None) -> Trace:
+        """Run one episode of ``scenario`` and return its trace."""
+        from vla_edge.safety.supervisor import SafetySupervisor
+
+        inj = injector or make_injector(scenario, position_max=self.safety_config.position_max)
+        env, cfg, settings = self.env, self.controller_config, self.settings
+        trace = Trace(scenario, tuple(cfg.joint_names), float(env.control_dt_s))
+        if isinstance(inj, CpuAffinityCap):
+            reason = inj.unavailable_reason()
+            trace.info["cgroup"] = inj.cgroup_cap_reason()
+            if reason is not None:
+                trace.skipped = reason
+                return trace
+        task = scenario.task or settings.task
+        obs0 = env.reset(task, settings.init_state_id)
+        instruction = obs0.instruction
+        dt_s = float(env.control_dt_s)
+        ticks = int(round(scenario.episode_s / dt_s))
+
+        safety = SafetySupervisor(self.safety_config, initial_positions=obs0.state.copy())
+        controller: _ControllerProcess | None = _ControllerProcess(
+            cfg, self.heartbeats, obs0.state.copy(), 0.0
+        )
+        latest_frame: Observation | None = None
+        inference_state: np.ndarray | None = None
+        last_js: np.ndarray | None = obs0.state.copy()
+        pending: tuple[float, ActionChunk] | None = None
+        next_frame_s = 0.0
+        next_success_s = 0.0
+        estop_was_pressed = False
+        infer_wall_ms: list[float] = []
+        restarts = {"inference": 0, "controller": 0}
+        was_alive = {"inference": True, "controller": True}
+        nan_row = np.full(len(cfg.joint_names), np.nan)
+        accepted_total = rejected_total = 0
+
+        for _ in range(ticks):
+            t = env.time_s
+            clock = t + inj.clock_offset_s(t)
+
+            # 1. sim: joint state and camera frame
+            measured = env.state()
+            js = inj.joint_state(measured.copy(), t)
+            frame = None
+            if t + 1e-9 >= next_frame_s:
+                next_frame_s += settings.camera_period_s
+                captured = env.observe(render=True)
+                frame = Observation(clock, captured.images, measured.copy(), instruction)
+            delivered = inj.camera(frame, t)
+
+            # e-stop button (operator) and reset service
+            pressed = inj.estop_pressed(t)
+            if pressed and not estop_was_pressed:
+                safety.estop(clock)
+            if not pressed and estop_was_pressed:
+                safety.reset(clock)
+            estop_was_pressed = pressed
+            if js is not None:
+                safety.on_joint_state(js, clock)
+                last_js = js
+
+            # process deaths and respawns
+            alive = {p: inj.alive(p, t) for p in ("inference", "controller")}
+            for p in alive:
+                if alive[p] and not was_alive[p]:
+                    restarts[p] += 1
+            if not alive["inference"]:
+                pending, latest_frame, inference_state = None, None, None
+            if not alive["controller"]:
+                controller = None
+            elif controller is None:
+                start = last_js if last_js is not None else safety.limiter.positions
+                controller = _ControllerProcess(cfg, self.heartbeats, start.copy(), clock)
+            was_alive = alive
+
+            if controller is not None:
+                controller.on_clock(clock, last_js if last_js is not None else measured)
+
+            # 2. inference node inputs, controller heartbeats
+            if alive["inference"]:
+                if delivered:
+                    latest_frame = delivered[-1]
+                if js is not None:
+                    inference_state = js
+            if controller is not None:
+                if js is not None:
+                    controller.watchdog.beat("joint_state", clock)
+                for f in delivered:
+                    controller.on_frame(f, clock)
+                if alive["inference"]:
+                    controller.watchdog.beat("inference", clock)
+
+            # chunk arrival
+            if pending is not None and t + 1e-9 >= pending[0]:
+                chunk = inj.chunk(pending[1], t)
+                pending = None
+                if chunk is not None and controller is not None:
+                    if controller.on_chunk(chunk, clock):
+                        accepted_total += 1
+                    else:
+                        rejected_total += 1
+
+            # inference request from the controller's trigger
+            if (
+                alive["inference"]
+                and pending is None
+                and controller is not None
+                and latest_frame is not None
+                and inference_state is not None
+                and (controller.accepted == 0 or controller.core.needs_inference(clock))
+            ):
+                obs = Observation(
+                    latest_frame.stamp_s, latest_frame.images, inference_state, instruction
+                )
+                chunk, delay_s, wall_ms = self._infer(inj, obs, t)
+                infer_wall_ms.append(wall_ms)
+                pending = (t + delay_s, chunk)
+
+            # 3. controller tick
+            command = None
+            if controller is not None:
+                command = controller.tick(clock, js)
+
+            # 4. safety, 5. env
+            safe = safety.filter(command, clock) if command is not None else safety.hold(clock)
+            env.step(safe)
+
+            trace.t_s.append(t)
+            trace.clock_s.append(clock)
+            trace.safe.append(np.asarray(safe, dtype=np.float64).copy())
+            trace.measured.append(measured)
+            trace.commanded.append(
+                np.asarray(command.positions, dtype=np.float64).copy()
+                if command is not None
+                else nan_row
+            )
+            trace.safety_severity.append(safety.state.severity)
+            trace.watchdog_severity.append(
+                controller.severity(clock) if controller is not None else DEAD
+            )
+            trace.holding.append(bool(controller.core.holding) if controller else True)
+            trace.accepted.append(accepted_total)
+            trace.controller_rejected.append(rejected_total)
+            trace.safety_rejected.append(int(safety.counters.get("rejected", 0)))
+            trace.safety_limited.append(int(safety.counters.get("limited_ticks", 0)))
+
+            if env.time_s + 1e-9 >= next_success_s:
+                next_success_s += settings.success_check_period_s
+                if not trace.success and env.success():
+                    trace.success = True
+                    trace.success_time_s = float(env.time_s)
+                    if settings.stop_on_success:
+                        break
+
+        trace.info.update(
+            {
+                "task": task,
+                "init_state_id": settings.init_state_id,
+                "restarts": restarts,
+                "processes_alive_at_end": {
+                    "sim": True,
+                    "safety": True,
+                    "inference": inj.alive("inference", env.time_s),
+                    "controller": inj.alive("controller", env.time_s),
+                },
+                "inference_wall_ms_p50": float(np.median(infer_wall_ms)) if infer_wall_ms else None,
+                "safety_counters": dict(safety.counters),
+                "controller_counters": dict(controller.core.counters) if controller else {},
+                "controller_clock_jumps": controller.clock_jumps if controller else None,
+            }
+        )
+        if isinstance(inj, CpuAffinityCap):
+            trace.info["cpu_cap_slowdown"] = inj.slowdown
+        return trace
+
+    def _infer(
+        self, inj: Injector, obs: Observation, t_s: float
+    ) -> tuple[ActionChunk, float, float]:
+        """Run the runner (under a CPU cap when the fault asks).
+
+        Returns:
+            ``(chunk, virtual delay_s, wall ms)``.
+        """
+        if isinstance(inj, CpuAffinityCap):
+            with inj.pinned(t_s) as capped:
+                start = time.perf_counter()
+                chunk = self.runner.infer(obs)
+                wall_s = time.perf_counter() - start
+            inj.record_wall_s(wall_s, capped)
+        else:
+            start = time.perf_counter()
+            chunk = self.runner.infer(obs)
+            wall_s = time.perf_counter() - start
+        delay_s = inj.inference_delay_s(self.settings.inference_delay_s, t_s)
+        return chunk, delay_s, wall_s * 1e3
