@@ -182,6 +182,7 @@ class Limiter:
         # start and narrows back as the output moves inwards.
         self._lo = [min(lim.lo, float(initial[i])) for i, lim in enumerate(self.limits)]
         self._hi = [max(lim.hi, float(initial[i])) for i, lim in enumerate(self.limits)]
+        self._snap_lag = [0.5 * lim.jerk * self.period_s**3 for lim in self.limits]
         self._fast_ok = [
             lim.deceleration - lim.acceleration <= lim.jerk * self.period_s for lim in self.limits
         ]
@@ -264,38 +265,74 @@ class Limiter:
         self._advance(i, ak)
 
     def _track_joint(self, i: int, target: float) -> bool:
-        """Advance joint ``i`` towards ``target``; True if the limits changed the command."""
+        """Advance joint ``i`` towards ``target``; True if the limits changed the command.
+
+        Written with locals and inline clamps: it runs for every joint every tick.
+        """
         lim = self.limits[i]
         t = self.period_s
         p = self.p[i]
         v = self.v[i]
         a = self.a[i]
-        target = min(max(target, lim.lo), lim.hi)
+        vmax = lim.velocity
+        dec = lim.deceleration
+        jerk = lim.jerk
+        if target < lim.lo:
+            target = lim.lo
+        elif target > lim.hi:
+            target = lim.hi
         previous = self._last_target[i]
         self._last_target[i] = target
         # Follow the target's own velocity and close the previous lag along a
         # braking-distance law, so a feasible stream passes through unchanged.
         v_ref = 0.0 if previous is None else (target - previous) / t
-        v_ref = min(max(v_ref, -lim.velocity), lim.velocity)
+        if v_ref > vmax:
+            v_ref = vmax
+        elif v_ref < -vmax:
+            v_ref = -vmax
         lag = (target - p) - v_ref * t
-        if abs(lag) <= 0.5 * lim.jerk * t * t * t:
-            correction = abs(lag) / t  # small enough to close in one tick within the jerk limit
+        abs_lag = -lag if lag < 0.0 else lag
+        if abs_lag <= self._snap_lag[i]:
+            correction = abs_lag / t  # small enough to close in one tick within the jerk limit
         else:
-            correction = min(LAG_GAIN_PER_S * abs(lag), math.sqrt(lim.deceleration * abs(lag)))
-        v_t = v_ref + math.copysign(correction, lag)
-        v_t = min(max(v_t, -lim.velocity), lim.velocity)
+            correction = LAG_GAIN_PER_S * abs_lag
+            braking_law = math.sqrt(dec * abs_lag)
+            if braking_law < correction:
+                correction = braking_law
+        v_t = v_ref - correction if lag < 0.0 else v_ref + correction
+        if v_t > vmax:
+            v_t = vmax
+        elif v_t < -vmax:
+            v_t = -vmax
         dv = v_t - v
-        a_cap = math.sqrt(2.0 * lim.jerk * abs(dv))
-        a_t = min(max(dv / t, -a_cap), a_cap)
-        lo, hi = accel_interval(v, a, lim, t)
+        a_cap = math.sqrt(2.0 * jerk * (-dv if dv < 0.0 else dv))
+        a_t = dv / t
+        if a_t > a_cap:
+            a_t = a_cap
+        elif a_t < -a_cap:
+            a_t = -a_cap
+        step = jerk * t
+        lo = a - step
+        hi = a + step
+        acc = lim.acceleration
+        if v > 0.0:
+            lo = max(lo, -dec)
+            hi = min(hi, acc)
+        elif v < 0.0:
+            lo = max(lo, -acc)
+            hi = min(hi, dec)
+        else:
+            lo = max(lo, -acc)
+            hi = min(hi, acc)
         if lo > hi:
             self._brake_joint(i)
             return True
-        ak = min(max(a_t, lo), hi)
+        ak = lo if a_t < lo else (hi if a_t > hi else a_t)
         v_k = v + ak * t
-        if self._viable(i, p + v_k * t, v_k, ak):
+        p_k = p + v_k * t
+        if self._viable(i, p_k, v_k, ak):
             self._advance(i, ak)
-            return abs(p + v_k * t - target) > 1e-12
+            return p_k - target > 1e-12 or target - p_k > 1e-12
         safe = brake_acceleration(v, a, lim, t)
         if safe is None:
             self._brake_joint(i)
