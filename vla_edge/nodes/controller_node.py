@@ -1,4 +1,8 @@
-"""Controller node: a fixed-rate timer stepping the control core.
+"""Controller node: a fixed-rate loop stepping the control core.
+
+The loop runs on its own thread with absolute deadlines (and ``SCHED_FIFO``
+where allowed, see :mod:`vla_edge.nodes.fixed_rate`), so subscription
+callbacks never delay a control tick; a lock serialises it with them.
 
 Subscribes ``/action_chunk`` (``JointTrajectory`` stamped with the observation
 time) and ``/joint_states``; publishes the UNSAFE command on
@@ -13,6 +17,8 @@ the measured positions.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
 
 import numpy as np
@@ -40,6 +46,7 @@ from vla_edge.nodes.conversions import (
     status_to_diagnostic,
     trajectory_to_chunk,
 )
+from vla_edge.nodes.fixed_rate import FixedRateLoop
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
 from vla_edge.nodes.params import config_from_parameters
 
@@ -62,6 +69,9 @@ class ControllerNode(Node):
         self.jitter = PeriodJitter(1.0 / self.config.rate_hz)
         self.chunk_age_ms = Histogram(1.0, 5000.0)
         self.underruns = 0
+        self.loop_errors = 0
+        # The control loop runs on its own thread; callbacks and the loop share the core.
+        self.lock = threading.Lock()
         self._was_holding = True
         self._accepted_once = False
 
@@ -73,8 +83,15 @@ class ControllerNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, graph.TOPIC_DIAGNOSTICS, 10)
         self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(JointTrajectory, graph.TOPIC_ACTION_CHUNK, self._on_chunk, qos)
-        self.create_timer(1.0 / self.config.rate_hz, self._on_tick)
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        self.loop = FixedRateLoop(
+            self.config.rate_hz,
+            self._on_tick,
+            self._on_loop_error,
+            realtime_priority=self.config.realtime_priority,
+            name="control_loop",
+        )
+        self.loop.start()
         self.get_logger().info(
             f"controller at {self.config.rate_hz} Hz, merge={self.config.merge}, "
             f"trigger={self.config.infer_trigger}, max_chunk_age_s={self.config.max_chunk_age_s}"
@@ -91,59 +108,78 @@ class ControllerNode(Node):
         except InvalidObservationError as exc:
             self.bad_input.record(getattr(exc, "reason", type(exc).__name__), str(exc))
             return
-        now_s = self._now_s()
-        self.measured = positions
-        self.watchdog.beat("joint_state", now_s)
-        if self.controller is None:
-            self.controller = Controller(self.config, initial_positions=positions)
-            self.get_logger().info(f"first joint state: holding at {np.round(positions, 3)}")
+        with self.lock:
+            now_s = self._now_s()
+            self.measured = positions
+            self.watchdog.beat("joint_state", now_s)
+            if self.controller is None:
+                self.controller = Controller(self.config, initial_positions=positions)
+                self.get_logger().info(f"first joint state: holding at {np.round(positions, 3)}")
 
     def _on_chunk(self, msg: JointTrajectory) -> None:
-        now_s = self._now_s()
         try:
             chunk = trajectory_to_chunk(msg, self.config.dt_action_s)
         except ChunkRejectedError as exc:
             self.bad_input.record(f"chunk_{exc.reason}", str(exc))
             return
-        self.chunk_age_ms.add((now_s - chunk.t_obs_s) * 1e3)
-        if self.controller is None:
-            self.bad_input.record(
-                "chunk_before_joint_state", "chunk arrived before any joint state"
-            )
-            return
-        if "joint_state" in self.watchdog.expired(now_s):
-            self.bad_input.record("chunk_without_joint_state", "joint states lost: chunk refused")
-            return
-        try:
-            self.controller.submit(chunk, now_s)
-        except ChunkRejectedError as exc:  # counted by the controller core
-            if exc.reason not in self._logged_rejections:
-                self._logged_rejections.add(exc.reason)
-                self.get_logger().warning(
-                    f"chunk rejected ({exc.reason}): {exc} (logged once; counted on /diagnostics)"
-                )
-            return
-        self._accepted_once = True
-        self.watchdog.beat("chunk", now_s)
-        self.watchdog.beat("observation", chunk.t_obs_s)
+        with self.lock:
+            now_s = self._now_s()
+            self.chunk_age_ms.add((now_s - chunk.t_obs_s) * 1e3)
+            if self.controller is None:
+                self.bad_input.record("chunk_before_joint_state", "chunk before any joint state")
+                return
+            if "joint_state" in self.watchdog.expired(now_s):
+                self.bad_input.record("chunk_without_joint_state", "joint states lost: refused")
+                return
+            try:
+                self.controller.submit(chunk, now_s)
+            except ChunkRejectedError as exc:  # counted by the controller core
+                if exc.reason not in self._logged_rejections:
+                    self._logged_rejections.add(exc.reason)
+                    self.get_logger().warning(
+                        f"chunk rejected ({exc.reason}): {exc} (logged once; counted on "
+                        "/diagnostics)"
+                    )
+                return
+            self._accepted_once = True
+            self.watchdog.beat("chunk", now_s)
+            self.watchdog.beat("observation", chunk.t_obs_s)
 
     # --- the control loop -----------------------------------------------------------------
 
     def _on_tick(self) -> None:
-        self.jitter.tick(time.monotonic())
-        now_s = self._now_s()
-        self.watchdog.beat("control_loop", now_s)
-        controller = self.controller
-        if controller is None:
+        """One control period (on the loop thread)."""
+        with self.lock:
+            self.jitter.tick(time.monotonic())
+            now_s = self._now_s()
+            self.watchdog.beat("control_loop", now_s)
+            controller = self.controller
+            if controller is None:
+                return
+            command = controller.step(now_s, measured_positions=self.measured)
+            holding = controller.holding
+            if holding and not self._was_holding and self._accepted_once:
+                self.underruns += 1
+            self._was_holding = holding
+            plan = None
+            if controller.needs_inference(now_s) and "joint_state" not in self.watchdog.expired(
+                now_s
+            ):
+                plan = self._plan_message(controller, now_s)
+        if not self.context.ok():  # shutting down: the publishers are gone
             return
-        command = controller.step(now_s, measured_positions=self.measured)
         self.command_pub.publish(positions_to_multiarray(command.positions))
-        holding = controller.holding
-        if holding and not self._was_holding and self._accepted_once:
-            self.underruns += 1
-        self._was_holding = holding
-        if controller.needs_inference(now_s) and "joint_state" not in self.watchdog.expired(now_s):
-            self.plan_pub.publish(self._plan_message(controller, now_s))
+        if plan is not None:
+            self.plan_pub.publish(plan)
+
+    def _on_loop_error(self, exc: BaseException) -> None:
+        if not self.context.ok():
+            return  # publishing raced with shutdown
+        self.loop_errors += 1
+        if self.loop_errors == 1:
+            self.get_logger().error(
+                f"control loop error ({type(exc).__name__}): {exc} (logged once; counted)"
+            )
 
     def _plan_message(self, controller: Controller, now_s: float) -> JointTrajectory:
         """The remaining plan (empty trajectory stamped ``now`` while holding)."""
@@ -159,6 +195,10 @@ class ControllerNode(Node):
 
     def status(self, now_s: float) -> dict[str, object]:
         """Status dict for ``/diagnostics``."""
+        with self.lock:
+            return self._status_locked(now_s)
+
+    def _status_locked(self, now_s: float) -> dict[str, object]:
         expired = self.watchdog.expired(now_s)
         category = self.watchdog.check(now_s)
         values: dict[str, object] = {
@@ -167,6 +207,9 @@ class ControllerNode(Node):
             "watchdog_category": category.value,
             "watchdog_expired": ",".join(expired),
             "buffer_underruns": self.underruns,
+            "loop_scheduler": self.loop.scheduler,
+            "loop_missed_deadlines": self.loop.missed_deadlines,
+            "loop_errors": self.loop_errors,
             **self.jitter.jitter_ms.summary("period_jitter_ms"),
             **self.jitter.period_ms.summary("period_ms"),
             **self.chunk_age_ms.summary("chunk_age_ms"),
@@ -193,6 +236,7 @@ class ControllerNode(Node):
 def main(args: list[str] | None = None) -> int:
     """Run the controller node until Ctrl-C or external shutdown."""
     rclpy.init(args=args)
+    sys.setswitchinterval(0.0005)  # the loop thread gets the GIL back quickly
     node = None
     try:
         node = ControllerNode()
@@ -204,6 +248,7 @@ def main(args: list[str] | None = None) -> int:
         return 1
     finally:
         if node is not None:
+            node.loop.stop()
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()

@@ -1,0 +1,120 @@
+"""The one graph description: nodes, executables, parameter files, remappings."""
+
+import ast
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vla_edge.config import load_node_params
+from vla_edge.config.models import ControllerConfig, InferenceConfig, SafetyConfig, SimConfig
+from vla_edge.core.errors import ConfigError
+from vla_edge.nodes import graph as g
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = {
+    "sim_node": SimConfig,
+    "inference_node": InferenceConfig,
+    "controller_node": ControllerConfig,
+    "safety_node": SafetyConfig,
+}
+
+
+def _setup_console_scripts():
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "console_scripts":
+                    return [elt.value for elt in value.elts]
+    raise AssertionError("no console_scripts in setup.py")
+
+
+def test_sim_profile_has_all_four_nodes_and_hil_drops_the_simulator():
+    assert [s.name for s in g.graph("sim")] == [
+        "sim_node",
+        "safety_node",
+        "controller_node",
+        "inference_node",
+    ]
+    assert {s.name for s in g.graph("hil")} == {"safety_node", "controller_node", "inference_node"}
+
+
+def test_unknown_profile_is_a_config_error():
+    with pytest.raises(ConfigError, match="profile = 'lab'"):
+        g.graph("lab")
+
+
+@pytest.mark.parametrize("profile", g.PROFILES)
+def test_every_node_has_a_console_script_a_main_and_a_valid_parameter_file(profile):
+    scripts = _setup_console_scripts()
+    for spec in g.graph(profile):
+        assert f"{spec.executable} = {spec.module}:main" in scripts
+        assert callable(importlib.import_module(spec.module).main)
+        config = load_node_params(spec.params_path(), spec.name, MODELS[spec.name])
+        assert config is not None
+
+
+def test_console_scripts_in_setup_match_the_graph():
+    scripts = _setup_console_scripts()
+    for entry in g.console_scripts():
+        assert entry in scripts
+
+
+def test_safety_keeps_its_own_parameter_file_in_both_profiles():
+    for profile in g.PROFILES:
+        safety = next(s for s in g.graph(profile) if s.name == "safety_node")
+        assert safety.params_file == "config/safety.yaml"
+
+
+def test_hil_safety_output_goes_to_the_forward_position_controller():
+    safety = next(s for s in g.graph("hil") if s.name == "safety_node")
+    assert ("/joint_commands", "/forward_position_controller/commands") in safety.remappings
+    for spec in g.graph("hil"):
+        if spec.name != "safety_node":
+            assert spec.params_file == "config/hil_jetson.yaml"
+
+
+def test_ros_args_carry_node_name_params_file_remaps_and_overrides():
+    safety = next(s for s in g.graph("hil") if s.name == "safety_node")
+    args = safety.ros_args(overrides={"rate_hz": 200.0, "estop_category": "cat0", "x": [1, 2]})
+    assert args[:3] == ["--ros-args", "-r", "__node:=safety_node"]
+    assert args[args.index("--params-file") + 1] == str(ROOT / "config" / "safety.yaml")
+    assert "/joint_commands:=/forward_position_controller/commands" in args
+    assert "rate_hz:=200.0" in args and 'estop_category:="cat0"' in args and "x:=[1, 2]" in args
+
+
+def test_policy_string_maps_to_inference_parameters(tmp_path):
+    assert g.policy_parameters("expert") == {"backend": "expert"}
+    assert g.policy_parameters("ws://h:8000") == {"backend": "remote", "remote_url": "ws://h:8000"}
+    assert g.policy_parameters("bundled") == {"backend": "torch", "model_path": "bundled"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"backend": "executorch"}))
+    assert g.policy_parameters(str(tmp_path))["backend"] == "executorch"
+    assert g.policy_string("expert", "bundled", "ws://x") == "expert"
+    assert g.policy_string("remote", "bundled", "ws://x") == "ws://x"
+    assert g.policy_string("torch", "bundled", "ws://x") == "bundled"
+
+
+def test_safety_node_imports_only_the_safety_core_core_config_and_ros():
+    code = (
+        "import sys, json; import vla_edge.nodes.safety_node; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('vla_edge'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    modules = json.loads(out.stdout.strip().splitlines()[-1])
+    allowed = ("vla_edge.safety", "vla_edge.core", "vla_edge.config")
+    extra = [
+        m
+        for m in modules
+        if m not in ("vla_edge", "vla_edge.nodes", "vla_edge.nodes.safety_node")
+        and not m.startswith(allowed)
+    ]
+    assert extra == []
+    assert "vla_edge.nodes.safety_node" in modules
+    for forbidden in ("torch", "mujoco", "vla_edge.control", "vla_edge.runners"):
+        assert forbidden not in out.stdout

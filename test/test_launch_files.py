@@ -1,0 +1,66 @@
+"""launch/*.launch.py: valid Python, importable without launch_ros, agree with the graph."""
+
+import importlib.util
+import py_compile
+from pathlib import Path
+
+import pytest
+
+from vla_edge.nodes import graph as g
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_FILES = {"sim": ROOT / "launch" / "sim.launch.py", "hil": ROOT / "launch" / "hil.launch.py"}
+
+
+def _load(profile):
+    path = LAUNCH_FILES[profile]
+    spec = importlib.util.spec_from_file_location(f"{profile}_launch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("profile", g.PROFILES)
+def test_launch_file_compiles(profile):
+    py_compile.compile(str(LAUNCH_FILES[profile]), doraise=True)
+
+
+@pytest.mark.parametrize("profile", g.PROFILES)
+def test_launch_file_starts_the_graphs_executables_with_the_graphs_parameter_files(profile):
+    module = _load(profile)
+    assert module.PROFILE == profile
+    nodes = module.node_arguments()
+    assert [n["executable"] for n in nodes] == [s.executable for s in g.graph(profile)]
+    assert [n["name"] for n in nodes] == [s.name for s in g.graph(profile)]
+    for kwargs, spec in zip(nodes, g.graph(profile), strict=True):
+        assert kwargs["package"] == "vla_edge"
+        assert kwargs["parameters"][0] == str(spec.params_path())
+        assert Path(kwargs["parameters"][0]).is_file()
+        assert kwargs["remappings"] == list(spec.remappings)
+
+
+def test_sim_launch_arguments_become_parameter_overrides():
+    nodes = {
+        n["name"]: n for n in _load("sim").node_arguments(task="lift_red_block", policy="expert")
+    }
+    assert nodes["sim_node"]["parameters"][-1] == {"task": "lift_red_block"}
+    assert nodes["inference_node"]["parameters"][-1] == {"backend": "expert"}
+
+
+def test_hil_launch_remaps_the_safety_output_to_ros2_control():
+    nodes = {n["name"]: n for n in _load("hil").node_arguments()}
+    assert "sim_node" not in nodes
+    assert ("/joint_commands", "/forward_position_controller/commands") in nodes["safety_node"][
+        "remappings"
+    ]
+
+
+@pytest.mark.parametrize("profile", g.PROFILES)
+def test_without_launch_ros_the_launch_file_says_what_to_use_instead(profile):
+    module = _load(profile)
+    if module.HAVE_LAUNCH:
+        description = module.generate_launch_description()
+        assert description is not None
+    else:
+        with pytest.raises(RuntimeError, match=f"vla-edge launch {profile}"):
+            module.generate_launch_description()
