@@ -41,6 +41,9 @@ class ControllerConfig(_Strict):
     joint_state_timeout_s: float = Field(0.1, gt=0.0, le=30.0)
     chunk_timeout_s: float = Field(1.0, gt=0.0, le=60.0)
     control_loop_timeout_s: float = Field(0.05, gt=0.0, le=10.0)
+    # SCHED_FIFO priority of the controller node's loop thread (0 = default scheduler);
+    # refused without the privilege, then the loop runs under the default scheduler.
+    realtime_priority: int = Field(50, ge=0, le=99)
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> "ControllerConfig":
