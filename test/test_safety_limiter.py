@@ -95,11 +95,19 @@ def test_start_outside_the_soft_band_moves_inwards_within_limits() -> None:
     assert np.all(np.diff(np.array(outputs)[:, 0]) <= ABS_TOL)
 
 
-def test_start_outside_the_hard_limits_is_refused() -> None:
+def test_start_far_outside_the_hard_limits_is_refused() -> None:
     start = np.zeros(7)
     start[1] = 1.9
     with pytest.raises(CommandOutOfLimitsError, match=r"joint2\] = 1.9 outside .*\[-1.8, 1.8\]"):
         Limiter(CONFIG, start)
+
+
+def test_start_just_past_a_hard_limit_is_clamped_onto_it() -> None:
+    start = np.zeros(7)
+    start[6] = 0.0402  # gripper range 0.04: 0.5 % beyond
+    limiter = Limiter(CONFIG, start)
+    assert limiter.positions[6] == 0.04
+    assert start[6] == 0.0402  # the caller's array is not modified
 
 
 def test_non_finite_start_is_refused() -> None:

@@ -36,6 +36,9 @@ _BISECT_ITERATIONS = 12
 # Gain closing the lag behind a target (1/s): slow against the jerk limits, so
 # the limited response settles without ringing.
 LAG_GAIN_PER_S = 10.0
+# A measured start may sit just past a hard limit (joint limits in physics are
+# soft constraints): up to this fraction of the range it is clamped onto the limit.
+INITIAL_TOLERANCE_FRACTION = 0.01
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,7 @@ class Limiter:
         self.period_s = 1.0 / config.rate_hz
         self.joint_names = tuple(config.joint_names)
         n = len(self.joint_names)
-        initial = np.asarray(initial_positions, dtype=np.float64)
+        initial = np.array(initial_positions, dtype=np.float64)
         if initial.shape != (n,):
             raise InvalidCommandError(
                 f"initial_positions has shape {initial.shape}, expected ({n},) for {n} joints"
@@ -163,11 +166,13 @@ class Limiter:
             p0 = float(initial[i])
             if not math.isfinite(p0):
                 raise InvalidCommandError(f"initial_positions[{name}] = {p0}: must be finite")
-            if not self.hard_min[i] <= p0 <= self.hard_max[i]:
+            tolerance = INITIAL_TOLERANCE_FRACTION * (self.hard_max[i] - self.hard_min[i])
+            if not self.hard_min[i] - tolerance <= p0 <= self.hard_max[i] + tolerance:
                 raise CommandOutOfLimitsError(
                     f"initial_positions[{name}] = {p0} outside [position_min, position_max] = "
-                    f"[{self.hard_min[i]}, {self.hard_max[i]}]"
+                    f"[{self.hard_min[i]}, {self.hard_max[i]}] by more than {tolerance:.6g}"
                 )
+            initial[i] = min(max(p0, self.hard_min[i]), self.hard_max[i])
             self.limits.append(
                 JointLimits(
                     lo=config.position_min[i] + config.soft_margin[i],
