@@ -2,11 +2,13 @@
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vla_edge.config import ControllerConfig
 from vla_edge.control import Controller
 from vla_edge.control.interpolation import finite_difference_tangents, sample_cubic
-from vla_edge.core import ActionChunk, InvalidCommandError
+from vla_edge.core import ActionChunk, ChunkRejectedError, InvalidCommandError
 
 NAMES = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper")
 PERIOD_S = 0.01
@@ -110,3 +112,44 @@ def test_diagnostics_report_counters_and_buffer_state() -> None:
 def test_initial_positions_of_wrong_shape_are_refused() -> None:
     with pytest.raises(InvalidCommandError, match=r"shape \(6,\), expected \(7,\)"):
         Controller(ControllerConfig(), np.zeros(6))
+
+
+chunk_event = st.tuples(
+    st.sampled_from([0.0, -0.02, -0.3, -0.6, 0.04, 0.2, np.nan, np.inf]),  # t_obs - now
+    st.sampled_from([0.1, 0.05, 0.0, -0.1]),  # dt_action_s
+    st.integers(0, 12),  # horizon
+    st.sampled_from([0.0, 0.5, 1e9, np.nan, -np.inf]),  # value
+    st.integers(1, 15),  # ticks until the next chunk
+    st.sampled_from(["replace", "weighted", "ensemble", "prefix"]),
+)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(chunk_event, min_size=1, max_size=8),
+    merge=st.sampled_from(["replace", "weighted", "ensemble", "prefix"]),
+)
+def test_any_chunk_stream_is_accepted_or_rejected_by_name_and_commands_stay_finite(
+    events: list, merge: str
+) -> None:
+    controller = Controller(ControllerConfig(merge=merge), np.zeros(7))
+    now_s = 1.0
+    for age_s, dt_s, horizon, value, ticks, _ in events:
+        positions = np.full((horizon, 7), value)
+        with np.errstate(invalid="ignore"):  # inf * 0 -> nan is one of the inputs we want
+            positions[:, 0] = value * np.linspace(0.0, 1.0, horizon)
+        chunk = ActionChunk(now_s + age_s, dt_s, NAMES, positions)
+        accepted_before = controller.counters["accepted"]
+        try:
+            controller.submit(chunk, now_s)
+        except ChunkRejectedError as exc:
+            assert controller.counters[f"rejected_{exc.reason}"] >= 1
+        else:
+            assert controller.counters["accepted"] == accepted_before + 1
+            assert np.isfinite(value)
+        for _ in range(ticks):
+            now_s += PERIOD_S
+            command = controller.step(now_s)
+            assert np.all(np.isfinite(command.positions))
+    total = controller.counters["accepted"] + controller.counters["rejected"]
+    assert total == len(events)

@@ -124,14 +124,16 @@ fraction = st.floats(-0.3, 1.3, allow_nan=False)  # of the hard range: mostly in
 joint_values = st.lists(
     st.one_of(fraction, special.map(lambda x: ("raw", x))), min_size=7, max_size=7
 )
+clock_step_s = st.sampled_from([PERIOD_S, PERIOD_S, PERIOD_S, 0.0, -0.05, -PERIOD_S])
 tick = st.one_of(
     st.tuples(
         st.just("cmd"),
         joint_values,
-        st.sampled_from([0.0, -0.05, -0.5, 0.03, -1e9]),
+        st.sampled_from([0.0, -0.05, -0.5, 0.03, -1e9, np.nan]),
         st.integers(1, 25),
+        clock_step_s,
     ),
-    st.tuples(st.just("none"), st.just([]), st.just(0.0), st.integers(1, 10)),
+    st.tuples(st.just("none"), st.just([]), st.just(0.0), st.integers(1, 10), clock_step_s),
 )
 HARD_MIN = np.array(CONFIG.position_min)
 HARD_MAX = np.array(CONFIG.position_max)
@@ -159,10 +161,10 @@ def test_any_command_stream_keeps_the_output_inside_all_limits(
     supervisor = SafetySupervisor(CONFIG, initial)
     outputs = [initial, initial, initial]
     now_s = 0.0
-    for kind, values, stamp_offset_s, repeat in ticks:
+    for kind, values, stamp_offset_s, repeat, clock_step in ticks:
         positions = to_positions(values) if kind == "cmd" else None
         for _ in range(repeat):
-            now_s += PERIOD_S
+            now_s += clock_step  # duplicate and reversed clock readings included
             supervisor.on_joint_state(supervisor.limiter.positions, now_s)
             if positions is None:
                 outputs.append(supervisor.hold(now_s))
