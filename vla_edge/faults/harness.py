@@ -5,20 +5,13 @@ One tick of ``env.control_dt_s`` (100 Hz) runs, in the order of the graph:
 1. **sim**: measures the joints (``/joint_states``) and, every
    ``camera_period_s``, captures a frame stamped with the system clock
    (``/camera/<name>/image_raw``); both pass through the injector.
-2. **inference** (alive unless crashed): keeps the newest delivered frame and
-   joint state; when the controller asks for a chunk (its trigger, the
-   ``/controller/plan`` request) and none is in flight, it runs the runner on
-   them; the chunk is delivered ``inference_delay_s`` (virtual) later, through
-   the injector (``/action_chunk``). While alive it beats the controller's
-   ``inference`` heartbeat (its diagnostics).
-3. **controller** (alive unless crashed; respawned fresh): a
-   :class:`~vla_edge.control.controller.Controller` plus its
-   :class:`~vla_edge.control.watchdog.Watchdog` (the standard heartbeats and
-   ``inference``). Category 2 (chunks missing) keeps stepping: the buffer runs
-   out into a controlled hold. Category 1 (observation, joint-state or
-   inference loss) withholds commands, so the safety layer's own command
-   watchdog brakes the arm; once the watchdog clears, the controller re-arms at
-   the measured position and resumes on fresh chunks.
+2. **inference** (``nodes/inference_node.py``; alive unless crashed): keeps
+   the newest delivered frame and joint state; when the controller asks for a
+   chunk (``/controller/plan``), none is in flight and a frame newer than the
+   last one used is there, it runs the runner; the chunk is delivered
+   ``inference_delay_s`` (virtual) later, through the injector (``/action_chunk``).
+3. **controller** (``nodes/controller_node.py``; alive unless crashed,
+   respawned fresh): see :class:`_ControllerProcess`.
 4. **safety**: a :class:`~vla_edge.safety.supervisor.SafetySupervisor` with its
    own watchdogs filters the command (``filter``) or holds (``hold``) and
    handles e-stop and reset (``/estop``, ``/safety/reset``).
@@ -48,7 +41,6 @@ from vla_edge.faults.scenario import FaultScenario
 from vla_edge.runners.base import Runner
 
 DEAD = -1  # watchdog severity recorded while the controller process is dead
-CLOCK_JUMP_FORWARD_S = 0.5  # a forward clock step larger than this is a jump, not a late tick
 
 
 @dataclass
@@ -60,7 +52,6 @@ class HarnessSettings:
         init_state_id: fixed initial state of the task.
         inference_delay_s: virtual duration of one inference.
         camera_period_s: time between two camera frames (``publish_rate_hz``).
-        inference_heartbeat_timeout_s: the controller's ``inference`` liveness timeout.
         success_check_period_s: how often the task predicate is evaluated.
         stop_on_success: end the episode when the task succeeds (benchmarks).
     """
@@ -69,7 +60,6 @@ class HarnessSettings:
     init_state_id: int = 0
     inference_delay_s: float = 0.1
     camera_period_s: float = 0.1
-    inference_heartbeat_timeout_s: float = 0.5
     success_check_period_s: float = 0.1
     stop_on_success: bool = False
 
@@ -116,47 +106,34 @@ class Trace:
         }
 
 
-def controller_heartbeats(
-    config: ControllerConfig, inference_timeout_s: float
-) -> dict[str, tuple[float, StopCategory]]:
-    """The controller node's heartbeats: the standard four plus inference liveness (CAT1)."""
-    return {
-        "observation": (config.observation_timeout_s, StopCategory.CAT1),
-        "joint_state": (config.joint_state_timeout_s, StopCategory.CAT1),
-        "chunk": (config.chunk_timeout_s, StopCategory.CAT2),
-        "control_loop": (config.control_loop_timeout_s, StopCategory.CAT1),
-        "inference": (inference_timeout_s, StopCategory.CAT1),
-    }
-
-
 class _ControllerProcess:
-    """The controller node: controller core + watchdog + the stop policy on its category."""
+    """The controller node (``nodes/controller_node.py``) in virtual time.
 
-    def __init__(
-        self,
-        config: ControllerConfig,
-        heartbeats: dict[str, tuple[float, StopCategory]],
-        positions: np.ndarray,
-        now_s: float,
-    ) -> None:
+    Like the node: the controller starts at the measured position; chunks are
+    refused while joint states are lost; an accepted chunk beats ``chunk`` and
+    ``observation`` (stamped with the chunk's observation time); every tick
+    steps the controller and publishes the command (the buffer running out is
+    a controlled hold); a new chunk is requested when the trigger asks and
+    joint states are fresh. The watchdog's category is reported (diagnostics),
+    the stop itself comes from the hold and from the safety layer.
+    """
+
+    def __init__(self, config: ControllerConfig, positions: np.ndarray, now_s: float) -> None:
         self.config = config
         self.core = Controller(config, initial_positions=positions)
-        self.watchdog = Watchdog(heartbeats, start_s=now_s)
-        self.stopped = False
-        self.last_obs_stamp_s = float("-inf")
+        self.watchdog = Watchdog.from_controller_config(config, start_s=now_s)
         self.accepted = 0
         self.rejected = 0
-        self.heartbeats = heartbeats
-        self.last_now_s = now_s
-        self.clock_jumps = 0
 
-    def on_frame(self, frame: Observation, now_s: float) -> None:
-        if frame.stamp_s > self.last_obs_stamp_s:
-            self.last_obs_stamp_s = frame.stamp_s
-            self.watchdog.beat("observation", now_s)
+    def joint_states_lost(self, now_s: float) -> bool:
+        """Whether the ``joint_state`` heartbeat has expired."""
+        return "joint_state" in self.watchdog.expired(now_s)
 
     def on_chunk(self, chunk: ActionChunk, now_s: float) -> bool:
         """Submit ``chunk``; True if accepted."""
+        if self.joint_states_lost(now_s):
+            self.rejected += 1
+            return False
         try:
             self.core.submit(chunk, now_s)
         except ChunkRejectedError:
@@ -164,41 +141,20 @@ class _ControllerProcess:
             return False
         self.accepted += 1
         self.watchdog.beat("chunk", now_s)
+        self.watchdog.beat("observation", chunk.t_obs_s)
         return True
 
-    def on_clock(self, now_s: float, measured: np.ndarray) -> None:
-        """A clock jump handler (rclpy ``Clock.create_jump_handler``).
+    def wants_chunk(self, now_s: float) -> bool:
+        """The inference request (``/controller/plan``)."""
+        return self.core.needs_inference(now_s) and not self.joint_states_lost(now_s)
 
-        A step back, or forward by more than :data:`CLOCK_JUMP_FORWARD_S`,
-        invalidates every stamp held: the plan is dropped (the controller
-        re-arms at the measured position, a category-2 hold until a fresh chunk)
-        and the heartbeats restart from now.
-        """
-        step_s = now_s - self.last_now_s
-        self.last_now_s = now_s
-        if step_s >= 0.0 and step_s <= CLOCK_JUMP_FORWARD_S:
-            return
-        self.clock_jumps += 1
-        self.core = Controller(self.config, initial_positions=measured)
-        self.watchdog = Watchdog(self.heartbeats, start_s=now_s)
-        self.last_obs_stamp_s = float("-inf")
-
-    def tick(self, now_s: float, measured: np.ndarray | None) -> JointCommand | None:
-        """The command to publish this tick (``None``: withheld for a category-1 stop)."""
+    def tick(self, now_s: float, measured: np.ndarray | None) -> JointCommand:
+        """The command published this tick."""
         self.watchdog.beat("control_loop", now_s)
-        category = self.watchdog.check(now_s)
-        if category.severity >= StopCategory.CAT1.severity:
-            self.stopped = True
-            return None
-        if self.stopped:
-            # re-arm where the arm actually is; resume on fresh chunks only
-            if measured is None:
-                return None
-            self.core = Controller(self.config, initial_positions=measured)
-            self.stopped = False
         return self.core.step(now_s, measured_positions=measured)
 
     def severity(self, now_s: float) -> int:
+        """Watchdog category, at least CAT2 while the buffer is empty (holding)."""
         category = self.watchdog.check(now_s)
         if self.core.holding:
             category = StopCategory.most_severe(category, StopCategory.CAT2)
@@ -229,9 +185,6 @@ class FaultHarness:
         self.controller_config = controller_config
         self.safety_config = safety_config
         self.settings = settings or HarnessSettings()
-        self.heartbeats = controller_heartbeats(
-            controller_config, self.settings.inference_heartbeat_timeout_s
-        )
 
     def run(self, scenario: FaultScenario, injector: Injector | None = None) -> Trace:
         """Run one episode of ``scenario`` and return its trace."""
@@ -253,10 +206,9 @@ class FaultHarness:
         ticks = int(round(scenario.episode_s / dt_s))
 
         safety = SafetySupervisor(self.safety_config, initial_positions=obs0.state.copy())
-        controller: _ControllerProcess | None = _ControllerProcess(
-            cfg, self.heartbeats, obs0.state.copy(), 0.0
-        )
+        controller: _ControllerProcess | None = _ControllerProcess(cfg, obs0.state.copy(), 0.0)
         latest_frame: Observation | None = None
+        last_used_stamp_s = float("-inf")
         inference_state: np.ndarray | None = None
         last_js: np.ndarray | None = obs0.state.copy()
         pending: tuple[float, ActionChunk] | None = None
@@ -301,29 +253,22 @@ class FaultHarness:
                     restarts[p] += 1
             if not alive["inference"]:
                 pending, latest_frame, inference_state = None, None, None
+                last_used_stamp_s = float("-inf")
             if not alive["controller"]:
                 controller = None
             elif controller is None:
                 start = last_js if last_js is not None else safety.limiter.positions
-                controller = _ControllerProcess(cfg, self.heartbeats, start.copy(), clock)
+                controller = _ControllerProcess(cfg, start.copy(), clock)
             was_alive = alive
 
-            if controller is not None:
-                controller.on_clock(clock, last_js if last_js is not None else measured)
-
-            # 2. inference node inputs, controller heartbeats
+            # 2. inference node inputs; the controller's joint-state heartbeat
             if alive["inference"]:
                 if delivered:
                     latest_frame = delivered[-1]
                 if js is not None:
                     inference_state = js
-            if controller is not None:
-                if js is not None:
-                    controller.watchdog.beat("joint_state", clock)
-                for f in delivered:
-                    controller.on_frame(f, clock)
-                if alive["inference"]:
-                    controller.watchdog.beat("inference", clock)
+            if controller is not None and js is not None:
+                controller.watchdog.beat("joint_state", clock)
 
             # chunk arrival
             if pending is not None and t + 1e-9 >= pending[0]:
@@ -341,9 +286,11 @@ class FaultHarness:
                 and pending is None
                 and controller is not None
                 and latest_frame is not None
+                and latest_frame.stamp_s > last_used_stamp_s
                 and inference_state is not None
-                and (controller.accepted == 0 or controller.core.needs_inference(clock))
+                and controller.wants_chunk(clock)
             ):
+                last_used_stamp_s = latest_frame.stamp_s
                 obs = Observation(
                     latest_frame.stamp_s, latest_frame.images, inference_state, instruction
                 )
@@ -352,9 +299,7 @@ class FaultHarness:
                 pending = (t + delay_s, chunk)
 
             # 3. controller tick
-            command = None
-            if controller is not None:
-                command = controller.tick(clock, js)
+            command = controller.tick(clock, last_js) if controller is not None else None
 
             # 4. safety, 5. env
             safe = safety.filter(command, clock) if command is not None else safety.hold(clock)
@@ -401,7 +346,6 @@ class FaultHarness:
                 "inference_wall_ms_p50": float(np.median(infer_wall_ms)) if infer_wall_ms else None,
                 "safety_counters": dict(safety.counters),
                 "controller_counters": dict(controller.core.counters) if controller else {},
-                "controller_clock_jumps": controller.clock_jumps if controller else None,
             }
         )
         if isinstance(inj, CpuAffinityCap):

@@ -16,6 +16,9 @@ Definitions (all times from the fault start, in ms in the result):
   position of a revolute joint, lies outside ``[position_min, position_max]``
   of ``config/safety.yaml`` (the measured finger opening is set by contacts
   and reported apart as ``measured_gripper_excursion_m``).
+* **declared stop while moving** — ticks where a category-1 stop is declared
+  (watchdog) while the controller still follows chunks and the safety layer
+  is at ``none``: a false alarm on ``/diagnostics``.
 * **recovered** — within ``recover_within_s`` after the fault clears, a tick
   with no stop anywhere, the controller executing (not holding) and at least
   one fresh chunk accepted after the fault cleared.
@@ -107,6 +110,12 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
     detect_i = _first(reflect)
     detected = detect_i is not None
     time_to_detect_ms = None if detect_i is None else (t[detect_i] - s.start_s) * 1e3
+
+    # a stop declared while the arm keeps following chunks and the safety layer is fine
+    false_alarm = (
+        (severity >= StopCategory.CAT1.severity) & ~a["holding"] & (a["safety_severity"] == 0)
+    )
+    false_alarm_ticks = int(np.count_nonzero(false_alarm[start:]))
 
     window_end = min(n, end + max(1, int(round(0.5 / dt)))) if s.end_s is not None else n
     worst_sev = int(severity[start:window_end].max()) if window_end > start else 0
@@ -224,6 +233,7 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
         "recovered": recovered,
         "worst_stop_category": worst.value,
         "expected_stop_category": exp.stop_category.value,
+        "declared_stop_while_moving_ticks": false_alarm_ticks,
         "stayed_halted": stayed if exp.stays_halted else None,
         "task_success": trace.success,
         "success_time_s": trace.success_time_s,
