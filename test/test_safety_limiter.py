@@ -184,7 +184,7 @@ def test_any_command_stream_keeps_the_output_inside_all_limits(
             st.booleans(),
         ),
         min_size=1,
-        max_size=10,
+        max_size=6,
     ),
 )
 def test_limiter_alone_keeps_any_finite_target_stream_inside_all_limits(
