@@ -1,9 +1,9 @@
 """Stop categories after IEC 60204-1 / ISO 10218."""
 
-from enum import Enum
+from enum import StrEnum
 
 
-class StopCategory(str, Enum):
+class StopCategory(StrEnum):
     """What the robot must do; ordered by severity (``CAT0`` is the most severe).
 
     * ``NONE``: normal operation.
