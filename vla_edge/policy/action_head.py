@@ -106,15 +106,19 @@ class ActionHead(nn.Module):
         noise: torch.Tensor,
         tau: torch.Tensor,
         prefix_len: torch.Tensor,
+        draws_per_context: int = 1,
     ) -> torch.Tensor:
         """Mean squared velocity error over the rows after each sample's prefix.
 
         Args:
             context: ``[B, T_c, D]``.
-            actions: ``[B, H, A]`` normalised target chunks.
-            noise: ``[B, H, A]``.
-            tau: ``[B]`` flow times in [0, 1].
-            prefix_len: ``[B]`` int, number of known leading rows per sample.
+            actions: ``[B * m, H, A]`` normalised target chunks, ``m`` consecutive
+                draws (``draws_per_context``) per context.
+            noise: ``[B * m, H, A]``.
+            tau: ``[B * m]`` flow times in [0, 1].
+            prefix_len: ``[B * m]`` int, number of known leading rows per sample.
+            draws_per_context: ``m``; the context keys/values are computed once
+                per context and shared by its draws.
         """
         rows = torch.arange(self.horizon, device=actions.device)
         prefix_mask = (rows.unsqueeze(0) < prefix_len.unsqueeze(1)).to(actions.dtype)
@@ -123,6 +127,13 @@ class ActionHead(nn.Module):
         x_tau = t * actions + (1.0 - t) * noise
         x_in = keep * actions + (1.0 - keep) * x_tau
         tau_tokens = prefix_mask + (1.0 - prefix_mask) * tau.view(-1, 1)
-        pred = self.velocity(x_in, tau_tokens, self.context_keys_values(context))
+        context_kv = [
+            (
+                k.repeat_interleave(draws_per_context, dim=0),
+                v.repeat_interleave(draws_per_context, dim=0),
+            )
+            for k, v in self.context_keys_values(context)
+        ]
+        pred = self.velocity(x_in, tau_tokens, context_kv)
         err = (pred - (actions - noise)) ** 2 * (1.0 - keep)
         return err.sum() / ((1.0 - keep).sum() * self.action_dim).clamp(min=1.0)

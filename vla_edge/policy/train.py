@@ -90,7 +90,6 @@ def batch_loss(
     lang = lang_table[torch.from_numpy(samples.instruction_ids[idx])]
     context = policy.context(images, lang, state_norm)
     m = train_cfg.flow_samples_per_obs
-    context = context.repeat_interleave(m, dim=0)
     target = chunk_norm.repeat_interleave(m, dim=0)
     n = target.shape[0]
     noise = torch.randn(target.shape, generator=generator)
@@ -98,7 +97,9 @@ def batch_loss(
     u = _sample_beta(beta, n, generator)
     tau = 0.999 * (1.0 - u)
     prefix_len = torch.randint(0, cfg.max_prefix_len + 1, (n,), generator=generator)
-    return policy.action_head.flow_matching_loss(context, target, noise, tau, prefix_len)
+    return policy.action_head.flow_matching_loss(
+        context, target, noise, tau, prefix_len, draws_per_context=m
+    )
 
 
 def _sample_beta(
