@@ -80,6 +80,9 @@ class SafetyConfig(_Strict):
     max_tracking_error: float = Field(0.5, gt=0.0, le=10.0)
     violation_persist_count: int = Field(5, ge=1, le=10000)
     estop_category: Literal["cat0", "cat1"] = "cat1"
+    # SCHED_FIFO priority of the safety node's loop thread (0 = default scheduler);
+    # refused without the privilege, then the loop runs under the default scheduler.
+    realtime_priority: int = Field(50, ge=0, le=99)
 
     @model_validator(mode="after")
     def _check_per_joint(self) -> "SafetyConfig":

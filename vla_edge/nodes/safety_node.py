@@ -7,8 +7,9 @@ whatever happens upstream; its few message helpers are therefore local.
 
 * ``/controller/command`` (``Float64MultiArray``, the unsafe command) and
   ``/joint_states`` in;
-* ``/joint_commands`` (``Float64MultiArray``) out at ``rate_hz``: the filtered
-  command, or the supervisor's hold when no new command arrived;
+* ``/joint_commands`` (``Float64MultiArray``) out from a loop thread
+  (``SCHED_FIFO`` where allowed) clocked by the incoming commands: the filtered
+  command on each one, or the supervisor's hold at ``rate_hz`` when they stop;
 * ``/estop`` (``std_msgs/Bool``, ``true`` latches), ``/safety/reset``
   (``std_srvs/Trigger``; never resumes motion by itself);
 * ``/diagnostics``: the supervisor's status and counters plus bad-input counts.
@@ -20,6 +21,10 @@ the measured positions.
 from __future__ import annotations
 
 import array
+import os
+import sys
+import threading
+import time
 
 import numpy as np
 import rclpy
@@ -72,6 +77,7 @@ class SafetyNode(Node):
         self._estop_before_start = False
         self.bad_input: dict[str, int] = {}
         self.published = 0
+        self.lock = threading.Condition()
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.command_pub = self.create_publisher(Float64MultiArray, TOPIC_COMMAND_OUT, qos)
@@ -80,8 +86,15 @@ class SafetyNode(Node):
         self.create_subscription(JointState, TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(Bool, TOPIC_ESTOP, self._on_estop, qos)
         self.create_service(Trigger, SERVICE_RESET, self._on_reset)
-        self.create_timer(1.0 / self.config.rate_hz, self._on_tick)
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        # The output loop runs on its own thread (SCHED_FIFO where allowed) so that no
+        # callback delays a tick; ``self.lock`` serialises it with them.
+        self.scheduler = "not started"
+        self.missed_deadlines = 0
+        self.loop_errors = 0
+        self._stop = threading.Event()
+        self._loop = threading.Thread(target=self._run_loop, name="safety_loop", daemon=True)
+        self._loop.start()
         self.get_logger().info(
             f"safety at {self.config.rate_hz} Hz, e-stop {self.config.estop_category}, "
             f"command_timeout_s={self.config.command_timeout_s}"
@@ -114,39 +127,44 @@ class SafetyNode(Node):
         if not np.all(np.isfinite(positions)):
             self._bad("non_finite_joint_state", f"positions = {positions.tolist()}")
             return
-        now_s = self._now_s()
-        if self.supervisor is None:
-            self.supervisor = SafetySupervisor(self.config, initial_positions=positions)
-            if self._estop_before_start:
-                self.supervisor.estop(now_s)
-            self.get_logger().info(f"first joint state: holding at {np.round(positions, 3)}")
-        self.supervisor.on_joint_state(positions, now_s)
+        with self.lock:
+            now_s = self._now_s()
+            if self.supervisor is None:
+                self.supervisor = SafetySupervisor(self.config, initial_positions=positions)
+                if self._estop_before_start:
+                    self.supervisor.estop(now_s)
+                self.get_logger().info(f"first joint state: holding at {np.round(positions, 3)}")
+            self.supervisor.on_joint_state(positions, now_s)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         data = np.asarray(msg.data, dtype=np.float64)
         if data.shape != (len(self.joint_names),):
             # still handed to the supervisor, which rejects and counts it (joint_mismatch)
             self._bad("command_size", f"{data.size} values, expected {len(self.joint_names)}")
-        self._pending = JointCommand(self._now_s(), self.joint_names, data)
+        with self.lock:
+            self._pending = JointCommand(self._now_s(), self.joint_names, data)
+            self.lock.notify()
 
     def _on_estop(self, msg: Bool) -> None:
         if not msg.data:
             return  # releasing the button does not clear the latch: /safety/reset does
-        now_s = self._now_s()
+        with self.lock:
+            now_s = self._now_s()
+            if self.supervisor is None:
+                self._estop_before_start = True
+            else:
+                self.supervisor.estop(now_s)
         self.get_logger().warning("E-STOP pressed: latched until /safety/reset")
-        if self.supervisor is None:
-            self._estop_before_start = True
-        else:
-            self.supervisor.estop(now_s)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         del request
-        if self.supervisor is None:
-            self._estop_before_start = False
-            response.success = True
-            response.message = "no joint state yet: e-stop cleared"
-            return response
-        cleared = self.supervisor.reset(self._now_s())
+        with self.lock:
+            if self.supervisor is None:
+                self._estop_before_start = False
+                response.success = True
+                response.message = "no joint state yet: e-stop cleared"
+                return response
+            cleared = self.supervisor.reset(self._now_s())
         response.success = True
         response.message = (
             "e-stop cleared; motion resumes only on a command stamped after this reset"
@@ -158,16 +176,63 @@ class SafetyNode(Node):
 
     # --- the safety loop ------------------------------------------------------------------
 
+    def _run_loop(self) -> None:
+        """Tick on each new command, or on a deadline when commands stop.
+
+        Clocked by the command stream (the controller's fixed-rate loop), the
+        output follows each command within a fraction of a millisecond and two
+        unsynchronised 100 Hz loops never alias (0 or 2 commands per tick).
+        At most one tick per half period; without a command for 1.5 periods the
+        loop ticks at ``rate_hz`` on its own (the supervisor's hold).
+        """
+        self.scheduler = _try_realtime_priority(self.config.realtime_priority)
+        period_s = 1.0 / self.config.rate_hz
+        last_s = time.monotonic()
+        commanded = False
+        while not self._stop.is_set():
+            deadline_s = last_s + (1.5 if commanded else 1.0) * period_s
+            with self.lock:
+                self.lock.wait_for(
+                    lambda: self._pending is not None or self._stop.is_set(),
+                    max(0.0, deadline_s - time.monotonic()),
+                )
+                commanded = self._pending is not None
+            if self._stop.is_set():
+                return
+            now_s = time.monotonic()
+            if now_s - last_s < 0.5 * period_s:  # a burst: keep the output rate bounded
+                time.sleep(0.5 * period_s - (now_s - last_s))
+            elif now_s - deadline_s >= period_s:
+                self.missed_deadlines += 1
+            last_s = time.monotonic()
+            try:
+                self._on_tick()
+            except Exception as exc:  # noqa: BLE001 - the safety loop must never die
+                if self.context.ok():
+                    self.loop_errors += 1
+                    if self.loop_errors == 1:
+                        self.get_logger().error(f"safety loop error: {exc!r} (logged once)")
+
+    def stop_loop(self) -> None:
+        """Stop the output loop thread."""
+        self._stop.set()
+        with self.lock:
+            self.lock.notify()
+        self._loop.join(timeout=2.0)
+
     def _on_tick(self) -> None:
-        supervisor = self.supervisor
-        if supervisor is None:
-            return
-        now_s = self._now_s()
-        command, self._pending = self._pending, None
-        safe = supervisor.hold(now_s) if command is None else supervisor.filter(command, now_s)
+        with self.lock:
+            supervisor = self.supervisor
+            if supervisor is None:
+                return
+            now_s = self._now_s()
+            command, self._pending = self._pending, None
+            safe = supervisor.hold(now_s) if command is None else supervisor.filter(command, now_s)
         out = Float64MultiArray()
         out.layout.dim = [MultiArrayDimension(label="joints", size=safe.size, stride=safe.size)]
         out.data = np.asarray(safe, dtype=np.float64).tolist()
+        if not self.context.ok():
+            return
         self.command_pub.publish(out)
         self.published += 1
 
@@ -176,14 +241,21 @@ class SafetyNode(Node):
     def _publish_diagnostics(self) -> None:
         now_s = self._now_s()
         status = DiagnosticStatus(name=DIAGNOSTIC_NAME, hardware_id="vla_edge")
-        values: dict[str, object] = {"published": self.published, "rate_hz": self.config.rate_hz}
+        values: dict[str, object] = {
+            "published": self.published,
+            "rate_hz": self.config.rate_hz,
+            "loop_scheduler": self.scheduler,
+            "loop_missed_deadlines": self.missed_deadlines,
+            "loop_errors": self.loop_errors,
+        }
         values.update({f"bad_input.{k}": v for k, v in sorted(self.bad_input.items())})
         values["bad_input.total"] = sum(self.bad_input.values())
-        if self.supervisor is None:
+        with self.lock:
+            report = None if self.supervisor is None else self.supervisor.status()
+        if report is None:
             status.level = DiagnosticStatus.WARN
             status.message = "waiting for the first joint state (publishing nothing)"
         else:
-            report = self.supervisor.status()
             level = int(report.get("level", 2))  # type: ignore[call-overload]
             status.level = _LEVELS[level] if 0 <= level <= 3 else DiagnosticStatus.ERROR
             status.message = str(report.get("message", ""))
@@ -195,6 +267,17 @@ class SafetyNode(Node):
         self.diag_pub.publish(array_msg)
 
 
+def _try_realtime_priority(priority: int) -> str:
+    """``SCHED_FIFO`` for the calling thread; says which scheduler it runs under."""
+    if priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return "default scheduler"
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError as exc:
+        return f"default scheduler (SCHED_FIFO refused: {exc})"
+    return f"SCHED_FIFO {priority}"
+
+
 def _text(value: object) -> str:
     if isinstance(value, float):
         return repr(value)
@@ -204,6 +287,7 @@ def _text(value: object) -> str:
 def main(args: list[str] | None = None) -> int:
     """Run the safety node until Ctrl-C or external shutdown."""
     rclpy.init(args=args)
+    sys.setswitchinterval(0.0005)  # the loop thread gets the GIL back quickly
     node = None
     try:
         node = SafetyNode()
@@ -215,6 +299,7 @@ def main(args: list[str] | None = None) -> int:
         return 1
     finally:
         if node is not None:
+            node.stop_loop()
             node.destroy_node()
         if rclpy.ok():
             rclpy.shutdown()
