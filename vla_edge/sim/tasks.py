@@ -19,7 +19,7 @@ from vla_edge.core.errors import InitStateOutOfRangeError, UnknownTaskError
 
 SUITE = "tabletop"
 N_EVAL_INIT_STATES = 50
-N_TRAIN_INIT_STATES = 100_000
+N_TRAIN_INIT_STATES = 100_000_000
 Split = Literal["eval", "train"]
 _SPLIT_CODE = {"eval": 0, "train": 1}
 
