@@ -7,8 +7,9 @@ Definitions (all times from the fault start, in ms in the result):
   controller watchdog, or the controller holding because its buffer ran out),
   or a chunk / command rejection or a limiter intervention counted after the start.
 * **halted** — the first tick from which the commanded (safety output) speed
-  of every joint stays below ``halt_fraction`` of its velocity limit for
-  ``halt_hold_s``.
+  of every joint stays below ``HALT_FRACTION`` of its velocity limit for
+  ``HALT_HOLD_S``; for scenarios that must stay halted, the tick from which it
+  stays below until the fault clears (a pause of the plan is not a halt).
 * **peaks** — largest |velocity|, |acceleration|, |jerk| of the safety output
   (finite differences at the control period) from the fault start to the end,
   also given as a fraction of the configured limits.
@@ -73,8 +74,13 @@ def halt_index(
     return None
 
 
-def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
-    """The result record of one scenario (the ``vla-edge faults run`` JSON entry)."""
+def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dict[str, Any]:
+    """The result record of one scenario (the ``vla-edge faults run`` JSON entry).
+
+    Args:
+        state_slack_s: extra time allowed for detection and recovery when the
+            states are sampled coarsely (``/diagnostics`` at 1 Hz in ROS runs).
+    """
     s = trace.scenario
     exp = s.expected
     if trace.skipped is not None:
@@ -128,6 +134,12 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
     )
     jerk_lim = np.asarray(safety.jerk_limit_per_s3)
     v, acc, jerk = derivatives(a["safe"], dt)
+    # finite differences only across consecutive ticks (a real-time recording may miss one)
+    step_ok = np.diff(t) <= 1.5 * dt
+    v[~step_ok] = 0.0
+    acc[~(step_ok[:-1] & step_ok[1:])] = 0.0
+    jerk[~(step_ok[:-2] & step_ok[1:-1] & step_ok[2:])] = 0.0
+    max_gap_ms = float(np.max(np.diff(t))) * 1e3 if n > 1 else 0.0
     v_after = v[max(start - 1, 0) :]
     a_after = acc[max(start - 2, 0) :]
     j_after = jerk[max(start - 3, 0) :]
@@ -137,14 +149,19 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
     # halt (only meaningful when a stop is expected)
     speed_ratio = np.concatenate([[0.0], np.max(np.abs(v) / vel_lim, axis=1)])
     hold_ticks = max(1, int(round(HALT_HOLD_S / dt)))
-    halt_i = halt_index(speed_ratio, start, hold_ticks)
     stop_expected = exp.stop_category != StopCategory.NONE
+    if exp.stays_halted and end > start:
+        # halted for good: still from this tick until the fault clears
+        moving = np.flatnonzero(speed_ratio[start:end] >= HALT_FRACTION)
+        first_still = start if moving.size == 0 else start + int(moving[-1]) + 1
+        halt_i = first_still if end - first_still >= hold_ticks else None
+        stayed = halt_i is not None
+    else:
+        halt_i = halt_index(speed_ratio, start, hold_ticks)
+        stayed = True
     time_to_halt_ms = (
         (t[halt_i] - s.start_s) * 1e3 if halt_i is not None and stop_expected else None
     )
-    stayed = True
-    if exp.stays_halted and halt_i is not None:
-        stayed = bool(np.all(speed_ratio[halt_i:end] < 2 * HALT_FRACTION))
 
     # position limits (hard) on the output and on the measurement
     lo = np.asarray(safety.position_min)
@@ -165,7 +182,9 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
     # recovery
     recovered: bool | None = None
     if s.end_s is not None:
-        stop_i = min(n, int(np.searchsorted(t, s.end_s + exp.recover_within_s + 1e-9)))
+        stop_i = min(
+            n, int(np.searchsorted(t, s.end_s + exp.recover_within_s + state_slack_s + 1e-9))
+        )
         accepted_at_end = a["accepted"][end - 1] if end > 0 else 0
         ok = (
             (severity[end:stop_i] == 0)
@@ -191,10 +210,13 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
     if stop_expected:
         if not detected:
             failures.append("fault not detected")
-        elif exp.max_detect_s is not None and time_to_detect_ms > exp.max_detect_s * 1e3 + 1e-6:
+        elif (
+            exp.max_detect_s is not None
+            and time_to_detect_ms > (exp.max_detect_s + state_slack_s) * 1e3 + 1e-6
+        ):
             failures.append(
                 f"time_to_detect_ms = {time_to_detect_ms:.0f} exceeds max_detect_s = "
-                f"{exp.max_detect_s}"
+                f"{exp.max_detect_s} (+ state sampling slack {state_slack_s} s)"
             )
     if exp.max_halt_s is not None:
         if time_to_halt_ms is None:
@@ -204,7 +226,7 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
                 f"time_to_halt_ms = {time_to_halt_ms:.0f} exceeds max_halt_s = {exp.max_halt_s}"
             )
     if exp.stays_halted and not stayed:
-        failures.append("arm moved again before the fault cleared")
+        failures.append("arm not standing still at the end of the fault window")
     if exp.must_recover and not recovered:
         failures.append(f"not recovered within recover_within_s = {exp.recover_within_s}")
     if exp.must_succeed and not trace.success:
@@ -234,6 +256,7 @@ def score(trace: Trace, safety: SafetyConfig) -> dict[str, Any]:
         "worst_stop_category": worst.value,
         "expected_stop_category": exp.stop_category.value,
         "declared_stop_while_moving_ticks": false_alarm_ticks,
+        "max_sample_gap_ms": max_gap_ms,
         "stayed_halted": stayed if exp.stays_halted else None,
         "task_success": trace.success,
         "success_time_s": trace.success_time_s,

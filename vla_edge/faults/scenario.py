@@ -51,6 +51,10 @@ FaultType = Literal[
 ]
 
 SUITES_FILE = "suites.yaml"
+# Files in config/faults that are not scenarios.
+NON_SCENARIO_FILES = frozenset({SUITES_FILE, "fault_injector_node.yaml"})
+CAMERA_FAULTS = frozenset({"camera_delay", "camera_freeze", "camera_drop"})
+CHUNK_FAULTS = frozenset({"chunk_nan", "chunk_out_of_limits", "chunk_jump", "chunk_stamp_shift"})
 
 
 class _Strict(BaseModel):
@@ -267,6 +271,15 @@ class FaultScenario(_Strict):
         return t_s >= self.start_s and (end is None or t_s < end)
 
 
+def camera_names(scenario: FaultScenario) -> list[str]:
+    """Cameras a camera fault affects (empty for other faults)."""
+    if scenario.fault not in CAMERA_FAULTS:
+        return []
+    params = scenario.typed_params()
+    assert isinstance(params, CameraParams | CameraDelayParams)
+    return list(params.cameras)
+
+
 def faults_dir() -> Path:
     """``config/faults`` of the source tree or ``share/vla_edge``."""
     return share_dir() / "config" / "faults"
@@ -296,7 +309,8 @@ def load_all(directory: str | Path | None = None) -> dict[str, FaultScenario]:
     root = Path(directory) if directory is not None else faults_dir()
     if not root.is_dir():
         raise ConfigError(f"scenario directory {root} not found")
-    return {p.stem: load_scenario(p) for p in sorted(root.glob("*.yaml")) if p.name != SUITES_FILE}
+    paths = sorted(p for p in root.glob("*.yaml") if p.name not in NON_SCENARIO_FILES)
+    return {p.stem: load_scenario(p) for p in paths}
 
 
 def suite_names(directory: str | Path | None = None) -> dict[str, list[str]]:
