@@ -28,6 +28,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "sim": ("vla_edge.bench.sim_bench", "env step + render cost"),
     "parity": ("vla_edge.bench.parity", "backend parity against the torch reference"),
     "latency": ("vla_edge.bench.latency", "per-stage and end-to-end latency per backend"),
+    "faults": ("vla_edge.bench.fault_bench", "task success under a mild camera delay"),
 }
 
 

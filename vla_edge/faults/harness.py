@@ -10,6 +10,8 @@ One tick of ``env.control_dt_s`` (100 Hz) runs, in the order of the graph:
    chunk (``/controller/plan``), none is in flight and a frame newer than the
    last one used is there, it runs the runner; the chunk is delivered
    ``inference_delay_s`` (virtual) later, through the injector (``/action_chunk``).
+   With the ``prefix`` merge it passes the controller's remaining plan as the
+   executed prefix (``nodes/prefix.py``), as the node does.
 3. **controller** (``nodes/controller_node.py``; alive unless crashed,
    respawned fresh): see :class:`_ControllerProcess`.
 4. **safety**: a :class:`~vla_edge.safety.supervisor.SafetySupervisor` with its
@@ -38,6 +40,7 @@ from vla_edge.core.stop import StopCategory
 from vla_edge.core.types import ActionChunk, JointCommand, Observation
 from vla_edge.faults.injectors import CpuAffinityCap, Injector, make_injector
 from vla_edge.faults.scenario import FaultScenario
+from vla_edge.nodes.prefix import prefix_from_plan
 from vla_edge.runners.base import Runner
 
 DEAD = -1  # watchdog severity recorded while the controller process is dead
@@ -54,6 +57,7 @@ class HarnessSettings:
         camera_period_s: time between two camera frames (``publish_rate_hz``).
         success_check_period_s: how often the task predicate is evaluated.
         stop_on_success: end the episode when the task succeeds (benchmarks).
+        seed: seed of the flow-matching noise passed to learned runners.
     """
 
     task: str = "lift_green_block"
@@ -62,6 +66,7 @@ class HarnessSettings:
     camera_period_s: float = 0.1
     success_check_period_s: float = 0.1
     stop_on_success: bool = False
+    seed: int = 0
 
 
 @dataclass
@@ -219,6 +224,7 @@ class FaultHarness:
         restarts = {"inference": 0, "controller": 0}
         was_alive = {"inference": True, "controller": True}
         nan_row = np.full(len(cfg.joint_names), np.nan)
+        rng = np.random.default_rng([settings.seed, settings.init_state_id])
         accepted_total = rejected_total = 0
 
         for _ in range(ticks):
@@ -294,7 +300,21 @@ class FaultHarness:
                 obs = Observation(
                     latest_frame.stamp_s, latest_frame.images, inference_state, instruction
                 )
-                chunk, delay_s, wall_ms = self._infer(inj, obs, t)
+                prefix, prefix_len = None, 0
+                spec = self.runner.spec
+                if cfg.merge == "prefix" and spec.supports_prefix:
+                    prefix, prefix_len = prefix_from_plan(
+                        controller.core.remaining_plan(clock),
+                        obs.stamp_s,
+                        spec.chunk_horizon,
+                        spec.dt_action_s,
+                        clock,
+                        settings.inference_delay_s,
+                    )
+                noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim))
+                chunk, delay_s, wall_ms = self._infer(
+                    inj, obs, t, noise.astype(np.float32), prefix, prefix_len
+                )
                 infer_wall_ms.append(wall_ms)
                 pending = (t + delay_s, chunk)
 
@@ -353,7 +373,13 @@ class FaultHarness:
         return trace
 
     def _infer(
-        self, inj: Injector, obs: Observation, t_s: float
+        self,
+        inj: Injector,
+        obs: Observation,
+        t_s: float,
+        noise: np.ndarray,
+        prefix: np.ndarray | None,
+        prefix_len: int,
     ) -> tuple[ActionChunk, float, float]:
         """Run the runner (under a CPU cap when the fault asks).
 
@@ -363,12 +389,12 @@ class FaultHarness:
         if isinstance(inj, CpuAffinityCap):
             with inj.pinned(t_s) as capped:
                 start = time.perf_counter()
-                chunk = self.runner.infer(obs)
+                chunk = self.runner.infer(obs, noise, prefix, prefix_len)
                 wall_s = time.perf_counter() - start
             inj.record_wall_s(wall_s, capped)
         else:
             start = time.perf_counter()
-            chunk = self.runner.infer(obs)
+            chunk = self.runner.infer(obs, noise, prefix, prefix_len)
             wall_s = time.perf_counter() - start
         delay_s = inj.inference_delay_s(self.settings.inference_delay_s, t_s)
         return chunk, delay_s, wall_s * 1e3
