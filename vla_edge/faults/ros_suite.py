@@ -4,7 +4,8 @@ For each scenario the sim graph (``vla_edge.nodes.graph``) starts with the
 producer of the corrupted topic remapped to ``<topic>_raw`` and
 ``fault_injector_node`` republishing it with the fault applied; e-stop goes
 through ``/estop`` and ``/safety/reset``; a crash is a ``SIGKILL`` of the node's
-process at the fault start and a respawn at its end. A recorder node takes
+process at the fault start and a respawn at its end; a CPU cap pins every
+thread of the inference process to fewer cores. A recorder node takes
 ``/joint_commands`` (the safety output, one message per safety tick),
 ``/joint_states``, ``/controller/command`` and ``/diagnostics``; the samples
 become a :class:`~vla_edge.faults.harness.Trace` scored like the virtual-time
@@ -29,6 +30,7 @@ import numpy as np
 from vla_edge.config.models import SafetyConfig
 from vla_edge.core.stop import StopCategory
 from vla_edge.faults.harness import DEAD, Trace
+from vla_edge.faults.injectors import CpuAffinityCap
 from vla_edge.faults.metrics import score
 from vla_edge.faults.scenario import CHUNK_FAULTS, FaultScenario, camera_names
 from vla_edge.faults.suite import summarize
@@ -44,6 +46,7 @@ FAULT_INJECTOR_NODE = NodeSpec(
 DIAGNOSTICS_PERIOD_S = 1.0  # the nodes' /diagnostics period: the state sampling slack
 ARM_TIMEOUT_S = 90.0
 CRASH_TARGETS = {"inference_crash": "inference_node", "controller_crash": "controller_node"}
+CPU_CAP_TARGET = "inference_node"
 _SEVERITY = {c.value: c.severity for c in StopCategory}
 
 
@@ -125,6 +128,15 @@ class FaultGraphProcesses:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10.0)
         self.killed[name] = self.killed.get(name, 0) + 1
+
+    def set_affinity(self, name: str, cpus: set[int]) -> None:
+        """Pin every thread of node ``name``'s process to ``cpus``."""
+        pid = self.processes[name].pid
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except ProcessLookupError:
+                continue  # the thread ended meanwhile
 
     def respawn(self, name: str) -> None:
         """Start node ``name`` again (its log is appended to)."""
@@ -316,6 +328,16 @@ def run_ros_scenario(
     target = CRASH_TARGETS.get(scenario.fault)
     dead_windows: dict[str, list[tuple[float, float]]] = {}
     record: dict[str, Any] = {"log_dir": str(log_dir)}
+    cap: CpuAffinityCap | None = None
+    if scenario.fault == "cpu_cap":
+        cap = CpuAffinityCap(scenario)
+        reason = cap.unavailable_reason()
+        if reason is not None:
+            trace = Trace(scenario, tuple(safety_config.joint_names), 1.0 / safety_config.rate_hz)
+            trace.skipped = reason
+            return trace, record
+        allowed = os.sched_getaffinity(0)
+    capped = False
     procs.start()
     try:
         armed_at_s = _wait_armed(rec, procs)
@@ -323,6 +345,11 @@ def run_ros_scenario(
         while rec.now_s() - armed_at_s < scenario.episode_s:
             rec.spin_for(0.05)
             t = rec.now_s() - armed_at_s
+            if cap is not None and capped != cap.active(t):
+                capped = cap.active(t)
+                cpus = set(sorted(allowed)[: cap.cpus]) if capped else allowed
+                procs.set_affinity(CPU_CAP_TARGET, cpus)
+                record.setdefault("affinity", []).append((round(t, 3), sorted(cpus)))
             if target and killed_at is None and t >= scenario.start_s:
                 procs.kill(target)
                 killed_at = rec.now_s()
@@ -364,6 +391,9 @@ def run_ros_scenario(
     )
     if "died" in record:
         trace.info["died"] = record["died"]
+    if "affinity" in record:
+        trace.info["inference_affinity"] = record["affinity"]
+        trace.info["cgroup"] = CpuAffinityCap.cgroup_cap_reason()
     return trace, record
 
 
