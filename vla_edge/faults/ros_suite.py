@@ -47,6 +47,11 @@ DIAGNOSTICS_PERIOD_S = 1.0  # the nodes' /diagnostics period: the state sampling
 ARM_TIMEOUT_S = 90.0
 CRASH_TARGETS = {"inference_crash": "inference_node", "controller_crash": "controller_node"}
 CPU_CAP_TARGET = "inference_node"
+# Faults the real graph offers no injection point for (the nodes would need a hook).
+ROS_UNSUPPORTED = {
+    "inference_slowdown": "the inference node has no throttling hook (use cpu_cap for a real cap)",
+    "clock_jump": "the system clock of the machine cannot be stepped by a test",
+}
 _SEVERITY = {c.value: c.severity for c in StopCategory}
 
 
@@ -328,6 +333,10 @@ def run_ros_scenario(
     target = CRASH_TARGETS.get(scenario.fault)
     dead_windows: dict[str, list[tuple[float, float]]] = {}
     record: dict[str, Any] = {"log_dir": str(log_dir)}
+    if scenario.fault in ROS_UNSUPPORTED:
+        trace = Trace(scenario, tuple(safety_config.joint_names), 1.0 / safety_config.rate_hz)
+        trace.skipped = f"not injectable on the real graph: {ROS_UNSUPPORTED[scenario.fault]}"
+        return trace, record
     cap: CpuAffinityCap | None = None
     if scenario.fault == "cpu_cap":
         cap = CpuAffinityCap(scenario)
