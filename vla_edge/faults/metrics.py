@@ -5,7 +5,8 @@ Definitions (all times from the fault start, in ms in the result):
 * **detected** — the first tick at or after the fault start where the
   safety or controller state reflects a fault: a stop category (safety state,
   controller watchdog, or the controller holding because its buffer ran out),
-  or a chunk / command rejection or a limiter intervention counted after the start.
+  or a chunk / command rejection counted after the start. (The limiter shaping
+  a command is normal operation, reported as ``limiter_ticks_after_fault``.)
 * **halted** — the first tick from which the commanded (safety output) speed
   of every joint stays below ``HALT_FRACTION`` of its velocity limit for
   ``HALT_HOLD_S``; for scenarios that must stay halted, the tick from which it
@@ -111,7 +112,6 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
     reflect = severity > 0
     reflect |= a["controller_rejected"] > (a["controller_rejected"][start - 1] if start else 0)
     reflect |= a["safety_rejected"] > (a["safety_rejected"][start - 1] if start else 0)
-    reflect |= a["safety_limited"] > (a["safety_limited"][start - 1] if start else 0)
     reflect[:start] = False
     detect_i = _first(reflect)
     detected = detect_i is not None
@@ -257,6 +257,11 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
         "expected_stop_category": exp.stop_category.value,
         "declared_stop_while_moving_ticks": false_alarm_ticks,
         "max_sample_gap_ms": max_gap_ms,
+        "limiter_ticks_after_fault": int(
+            a["safety_limited"][-1] - (a["safety_limited"][start - 1] if start else 0)
+        )
+        if n
+        else 0,
         "stayed_halted": stayed if exp.stays_halted else None,
         "task_success": trace.success,
         "success_time_s": trace.success_time_s,

@@ -185,9 +185,9 @@ class Recorder:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import JointState
-        from std_msgs.msg import Float64MultiArray
+        from std_msgs.msg import Bool, Float64MultiArray
 
         self._rclpy = rclpy
         self._own_context = not rclpy.ok()
@@ -209,6 +209,13 @@ class Recorder:
         )
         self.node.create_subscription(JointState, joint_states_topic, self._on_joints, qos)
         self.node.create_subscription(DiagnosticArray, g.TOPIC_DIAGNOSTICS, self._on_diag, 100)
+        latched = QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.success_at_s: float | None = None
+        self.node.create_subscription(Bool, g.TOPIC_TASK_SUCCESS, self._on_success, latched)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
 
@@ -226,6 +233,10 @@ class Recorder:
         if not self.joint_names:
             self.joint_names = list(msg.name)
         self.measured.append((self.now_s(), np.asarray(msg.position, dtype=np.float64)))
+
+    def _on_success(self, msg: Any) -> None:
+        if msg.data and self.success_at_s is None:
+            self.success_at_s = self.now_s()
 
     def _on_diag(self, msg: Any) -> None:
         now = self.now_s()
@@ -383,6 +394,9 @@ def run_ros_scenario(
         safety_config.joint_names
     )
     trace = build_trace(scenario, rec, armed_at_s, joint_names, safety_config.rate_hz, dead_windows)
+    if rec.success_at_s is not None and rec.success_at_s - armed_at_s <= scenario.episode_s:
+        trace.success = True
+        trace.success_time_s = rec.success_at_s - armed_at_s
     alive_at_end = {name.removesuffix("_node"): codes.get(name) == 0 for name in procs.processes}
     if target and not scenario.typed_params().respawn:  # type: ignore[attr-defined]
         alive_at_end[target.removesuffix("_node")] = False
