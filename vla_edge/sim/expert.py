@@ -133,14 +133,16 @@ class ScriptedExpert:
         self._origin_pos = pos
         self._origin_yaw, self._origin_tilt = split_heading(quat)
         self._origin_grip = float(self.env.state()[6])
-        self._frozen: dict[str, np.ndarray | float] = {}
+        self._grasp_lock: tuple[np.ndarray, float] | None = None
+        self._push_lock: tuple[np.ndarray, np.ndarray] | None = None
         self.replans = 0
 
     def _restart(self, t_s: float, segments: list[Segment]) -> None:
         pos, quat, grip = _sample(segments, t_s)
         self._origin_s, self._origin_pos, self._origin_grip = t_s, pos, grip
         self._origin_yaw, self._origin_tilt = split_heading(quat)
-        self._frozen = {}
+        self._grasp_lock = None
+        self._push_lock = None
         self.replans += 1
 
     # ------------------------------------------------------------------ plan
@@ -158,8 +160,8 @@ class ScriptedExpert:
         return builder.segments
 
     def _grasp(self, task: Task, scene: SceneState, start_yaw: float) -> tuple[np.ndarray, float]:
-        if "grasp_pos" in self._frozen:
-            return self._frozen["grasp_pos"], float(self._frozen["grasp_yaw"])  # type: ignore[arg-type]
+        if self._grasp_lock is not None:
+            return self._grasp_lock
         pos = scene.positions_m[task.obj].copy()
         yaw = nearest_equivalent(scene.yaw_rad(task.obj), start_yaw, np.pi / 2.0)
         return pos, yaw
@@ -202,14 +204,7 @@ class ScriptedExpert:
         b.hold("hold", 1e6, GRIP_OPEN_CMD_M)
 
     def _plan_push(self, b: _Builder, task: Task, scene: SceneState) -> None:
-        if "push_from" in self._frozen:
-            start = self._frozen["push_from"]
-            u = self._frozen["push_dir"]
-        else:
-            start = scene.positions_m[task.obj][:2].copy()
-            delta = scene.target_xy_m - start
-            u = delta / max(float(np.linalg.norm(delta)), 1e-6)
-        assert isinstance(start, np.ndarray) and isinstance(u, np.ndarray)
+        start, u = self._push_lock or _push_line(task, scene)
         # fingers closed; the pads' flat side (normal = hand y) faces the push direction
         yaw = nearest_equivalent(float(np.arctan2(-u[0], u[1])), b.yaw, np.pi)
         standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + 0.015
@@ -231,20 +226,14 @@ class ScriptedExpert:
         self._end_s = b.t_s
         b.hold("hold", 1e6, GRIP_CLOSED_CMD_M)
 
-    def _freeze(self, task: Task, scene: SceneState, t_s: float, segments: list[Segment]) -> None:
-        """Fix the grasp (or push line) once the fingers close on the object."""
-        if self._frozen or t_s < self._close_s:
+    def _lock(self, task: Task, scene: SceneState, t_s: float) -> None:
+        """Fix the grasp (or the push line) once the fingers reach the object."""
+        if t_s < self._close_s:
             return
         if task.kind == "push":
-            start = scene.positions_m[task.obj][:2].copy()
-            delta = scene.target_xy_m - start
-            self._frozen = {
-                "push_from": start,
-                "push_dir": delta / max(np.linalg.norm(delta), 1e-6),
-            }
-        else:
-            pos, yaw = self._grasp(task, scene, self._origin_yaw)
-            self._frozen = {"grasp_pos": pos, "grasp_yaw": yaw}
+            self._push_lock = self._push_lock or _push_line(task, scene)
+        elif self._grasp_lock is None:
+            self._grasp_lock = self._grasp(task, scene, self._origin_yaw)
 
     # ---------------------------------------------------------------- chunks
     def targets(self, t_s: float) -> np.ndarray:
@@ -253,8 +242,8 @@ class ScriptedExpert:
             self.reset()
         task = self.env.task
         scene = self.env.scene_state()
-        segments = self.plan(scene)
-        self._freeze(task, scene, t_s, segments)
+        self.plan(scene)
+        self._lock(task, scene, t_s)
         segments = self.plan(scene)
         ee_pos, _ = self.env.ee_pose()
         held = float(np.linalg.norm(scene.positions_m[task.obj] - ee_pos)) < 0.03
@@ -326,6 +315,13 @@ class _Builder:
         self.segments.append(seg)
         self.t_s, self.grip = seg.t1_s, grip
         self.tilt_rad = np.zeros(3)
+
+
+def _push_line(task: Task, scene: SceneState) -> tuple[np.ndarray, np.ndarray]:
+    """Start (the object's xy) and unit direction of the push to the target."""
+    start = scene.positions_m[task.obj][:2].copy()
+    delta = scene.target_xy_m - start
+    return start, delta / max(float(np.linalg.norm(delta)), 1e-6)
 
 
 def _sample(segments: list[Segment], t_s: float) -> tuple[np.ndarray, np.ndarray, float]:
