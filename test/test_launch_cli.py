@@ -1,12 +1,13 @@
 """``vla-edge launch`` and ``vla-edge demo`` as a user runs them: real processes, real DDS."""
 
 import json
-import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ros_test_domain import DomainLease
 
 from vla_edge.nodes.graph import graph
 from vla_edge.nodes.launch_cli import GraphProcesses, overrides_for
@@ -14,12 +15,13 @@ from vla_edge.nodes.launch_cli import GraphProcesses, overrides_for
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _env(offset: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env["ROS_DOMAIN_ID"] = str(10 + (os.getpid() + offset) % 90)
-    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    env.setdefault("MUJOCO_GL", "egl")
-    return env
+@pytest.fixture
+def ros_env():
+    lease = DomainLease()
+    try:
+        yield lease.env()
+    finally:
+        lease.release()
 
 
 def test_task_and_policy_become_parameter_overrides():
@@ -41,7 +43,7 @@ def test_each_node_runs_as_its_own_process_with_its_parameter_file():
 
 
 @pytest.mark.ros
-def test_launch_sim_writes_the_metrics_json(tmp_path):
+def test_launch_sim_writes_the_metrics_json(tmp_path, ros_env):
     out = tmp_path / "run.json"
     result = subprocess.run(
         [
@@ -59,7 +61,7 @@ def test_launch_sim_writes_the_metrics_json(tmp_path):
             "--log-dir",
             str(tmp_path / "logs"),
         ],
-        env=_env(1),
+        env=ros_env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -95,10 +97,10 @@ def test_launch_sim_writes_the_metrics_json(tmp_path):
 
 
 @pytest.mark.ros
-def test_demo_reports_and_plots(tmp_path):
+def test_demo_reports_and_plots(tmp_path, ros_env):
     result = subprocess.run(
         [sys.executable, "-m", "vla_edge.cli", "demo", "--duration", "40", "--out", str(tmp_path)],
-        env=_env(2),
+        env=ros_env,
         capture_output=True,
         text=True,
         timeout=150,
@@ -118,3 +120,64 @@ def test_demo_reports_and_plots(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     if metrics["fallback"]:
         assert "FALLING BACK TO THE SCRIPTED EXPERT" in result.stderr
+
+
+@pytest.mark.ros
+def test_hil_graph_drives_a_ros2_control_style_robot(tmp_path, ros_env):
+    """The sim node stands in for the robot: it listens on the forward controller's topic."""
+    env = ros_env
+    log = (tmp_path / "robot.log").open("w")
+    robot = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vla_edge.nodes.sim_node",
+            "--ros-args",
+            "--params-file",
+            str(ROOT / "config" / "sim.yaml"),
+            "-r",
+            "/joint_commands:=/forward_position_controller/commands",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    out = tmp_path / "hil.json"
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vla_edge.cli",
+                "launch",
+                "hil",
+                "--policy",
+                "expert",
+                "--duration",
+                "14",
+                "--json",
+                str(out),
+                "--log-dir",
+                str(tmp_path / "logs"),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        robot.send_signal(signal.SIGINT)
+        try:
+            robot.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            robot.kill()
+            robot.wait(timeout=10)
+        log.close()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads(out.read_text())
+    assert set(metrics["rss_mb"]) == {"inference_node", "controller_node", "safety_node"}
+    assert metrics["chunks_accepted"] >= 3 and metrics["chunks_rejected"] == 0
+    assert metrics["safety"]["state"] == "none"
+    assert metrics["success"], "the robot should complete the task through the HIL graph"
+    assert robot.returncode == 0

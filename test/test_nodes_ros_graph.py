@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ros_test_domain import DomainLease
 
 from vla_edge.config import load_node_params
 from vla_edge.config.models import ControllerConfig
@@ -165,7 +166,8 @@ def _at_rest(probe: Probe, store, window_s: float, tol: float = 1e-6) -> bool:
 
 @pytest.fixture(scope="module")
 def ros_graph(tmp_path_factory):
-    domain = str(10 + os.getpid() % 90)
+    lease = DomainLease()
+    domain = str(lease.domain)
     saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
     os.environ["ROS_DOMAIN_ID"] = domain
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
@@ -186,6 +188,7 @@ def ros_graph(tmp_path_factory):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        lease.release()
 
 
 def _logs(processes: GraphProcesses) -> str:
