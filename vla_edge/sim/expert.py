@@ -37,6 +37,9 @@ GRASP_ABOVE_CENTRE_M = 0.0035
 RELEASE_GAP_M = 0.006
 PUSH_Z_M = 0.017
 PUSH_SPEED_M_PER_S = 0.05
+# Wait this long at the start of an episode: a first chunk that arrives late
+# (simulated inference delay) then still starts where the arm stands.
+START_DWELL_S = 0.3
 # Commanded finger openings stay this far inside [0, 0.04] m so that an
 # interpolating controller never overshoots the safety limits.
 GRIP_OPEN_CMD_M = GRIPPER_OPEN_M - 0.001
@@ -57,21 +60,23 @@ class Segment:
     grip1_m: float
     label: str
     tilt0_rad: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    tilt1_rad: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
     def sample(self, t_s: float) -> tuple[np.ndarray, np.ndarray, float]:
         """Position, orientation and opening at ``t_s`` (clamped to the segment).
 
         The orientation is the downward hand at the interpolated heading, tilted
-        by ``tilt0_rad`` (a world-frame rotation vector) fading out along the
-        segment, so a plan can start from a hand that does not point straight down.
+        by the interpolated ``tilt0_rad`` -> ``tilt1_rad`` (world-frame rotation
+        vectors), so a plan can start from a hand that does not point straight down.
         """
         span = max(self.t1_s - self.t0_s, 1e-9)
         s = float(np.clip((t_s - self.t0_s) / span, 0.0, 1.0))
         a = s * s * s * (10.0 - 15.0 * s + 6.0 * s * s)
         pos = self.pos0_m + a * (self.pos1_m - self.pos0_m)
         quat = yaw_down_quat(self.yaw0_rad + a * (self.yaw1_rad - self.yaw0_rad))
-        if np.any(self.tilt0_rad):
-            quat = _rotate(quat, (1.0 - a) * self.tilt0_rad)
+        tilt = self.tilt0_rad + a * (self.tilt1_rad - self.tilt0_rad)
+        if np.any(tilt):
+            quat = _rotate(quat, tilt)
         return pos, quat, self.grip0_m + a * (self.grip1_m - self.grip0_m)
 
 
@@ -153,6 +158,8 @@ class ScriptedExpert:
         builder = _Builder(
             self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip, self._origin_tilt
         )
+        if self.replans == 0:
+            builder.hold("start", START_DWELL_S, self._origin_grip)
         if task.kind == "push":
             self._plan_push(builder, task, scene)
         else:
@@ -311,10 +318,10 @@ class _Builder:
             grip,
             label,
             self.tilt_rad,
+            self.tilt_rad,
         )
         self.segments.append(seg)
         self.t_s, self.grip = seg.t1_s, grip
-        self.tilt_rad = np.zeros(3)
 
 
 def _push_line(task: Task, scene: SceneState) -> tuple[np.ndarray, np.ndarray]:
