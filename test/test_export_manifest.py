@@ -1,0 +1,106 @@
+import json
+from dataclasses import replace
+
+import pytest
+from export_fixtures import copy_export, exported, observation
+
+from vla_edge.core.errors import ManifestMismatchError
+from vla_edge.export.manifest import load_manifest
+from vla_edge.runners.onnx_runner import OnnxRunner
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(tmp_path_factory):
+    root = tmp_path_factory.getbasetemp() / "export_fixtures"
+    root.mkdir(exist_ok=True)
+    return exported(root, "onnx")
+
+
+def _edit(src, dst, edit):
+    copy_export(src, dst)
+    path = dst / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return dst
+
+
+def _set_h(data, h):
+    data["chunk_horizon"] = h
+
+
+def test_manifest_with_wrong_chunk_horizon_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
+    bad = _edit(onnx_dir, tmp_path / "x", lambda d: _set_h(d, 12))
+    with pytest.raises(ManifestMismatchError, match="chunk_horizon") as err:
+        OnnxRunner(bad)
+    assert "[1, 10, 7]" in str(err.value) and "[1, 12, 7]" in str(err.value)
+
+
+def test_manifest_with_wrong_camera_count_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
+    def three_cameras(d):
+        d["cameras"] = ["agentview", "wrist", "side"]
+        d["context_tokens"] = 3 * d["visual_tokens_per_camera"] + 2
+
+    bad = _edit(onnx_dir, tmp_path / "x", three_cameras)
+    with pytest.raises(ManifestMismatchError, match="cameras") as err:
+        load_manifest(bad)
+    assert "stages.vision_encoder.inputs.images.shape = [2, 3, 32, 32]" in str(err.value)
+
+
+def test_manifest_with_wrong_dtype_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
+    def half_images(d):
+        d["stages"]["vision_encoder"]["inputs"][0]["dtype"] = "float16"
+
+    bad = _edit(onnx_dir, tmp_path / "x", half_images)
+    with pytest.raises(ManifestMismatchError, match=r"images\.dtype = 'float16'"):
+        OnnxRunner(bad)
+
+
+def test_manifest_with_wrong_image_size_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
+    bad = _edit(onnx_dir, tmp_path / "x", lambda d: d.update(image_height=64))
+    with pytest.raises(ManifestMismatchError, match="image_height"):
+        OnnxRunner(bad)
+
+
+def test_manifest_consistent_with_itself_but_not_with_its_program_is_refused(
+    onnx_dir, tmp_path
+) -> None:
+    def horizon_12_everywhere(d):
+        d["chunk_horizon"] = 12
+        for stage in ("action_head",):
+            for t in d["stages"][stage]["inputs"] + d["stages"][stage]["outputs"]:
+                if t["name"] in ("noise", "prefix_actions", "actions_norm"):
+                    t["shape"] = [1, 12, 7]
+                if t["name"] == "prefix_mask":
+                    t["shape"] = [1, 12]
+
+    bad = _edit(onnx_dir, tmp_path / "x", horizon_12_everywhere)
+    assert load_manifest(bad).data["chunk_horizon"] == 12
+    with pytest.raises(ManifestMismatchError) as err:
+        OnnxRunner(bad)
+    message = str(err.value)
+    assert "stages.action_head.inputs.noise.shape = [1, 12, 7]" in message
+    assert "action_head.onnx has [1, 10, 7]" in message
+
+
+def test_runner_refuses_an_export_that_differs_from_the_expected_spec(onnx_dir) -> None:
+    spec = OnnxRunner(onnx_dir).spec
+    with pytest.raises(ManifestMismatchError, match="chunk_horizon = 10 .* expected 12"):
+        OnnxRunner(onnx_dir, expected=replace(spec, chunk_horizon=12))
+    with pytest.raises(ManifestMismatchError, match="cameras"):
+        OnnxRunner(onnx_dir, expected=replace(spec, cameras=("agentview",)))
+    with pytest.raises(ManifestMismatchError, match="image_width = 32 .* expected 64"):
+        OnnxRunner(onnx_dir, expected=replace(spec, image_width=64))
+    assert OnnxRunner(onnx_dir, expected=spec).infer(observation()).positions.shape == (10, 7)
+
+
+def test_manifest_missing_a_field_or_a_program_is_refused(onnx_dir, tmp_path) -> None:
+    bad = _edit(onnx_dir, tmp_path / "a", lambda d: d.pop("dt_action_s"))
+    with pytest.raises(ManifestMismatchError, match="field dt_action_s is missing"):
+        load_manifest(bad)
+    gone = copy_export(onnx_dir, tmp_path / "b")
+    (gone / "fusion.onnx").unlink()
+    with pytest.raises(ManifestMismatchError, match="stages.fusion.file = 'fusion.onnx'"):
+        load_manifest(gone)
+    with pytest.raises(ManifestMismatchError, match="manifest.json not found"):
+        load_manifest(tmp_path)

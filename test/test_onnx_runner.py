@@ -1,0 +1,114 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from export_fixtures import exported, observation, tiny_checkpoint
+
+from vla_edge.core.errors import InvalidObservationError
+from vla_edge.export.manifest import file_sha256
+from vla_edge.runners.base import Runner
+from vla_edge.runners.factory import make_runner
+from vla_edge.runners.onnx_runner import OnnxRunner
+from vla_edge.runners.torch_runner import TorchRunner
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.getbasetemp() / "export_fixtures"
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(root):
+    root.mkdir(exist_ok=True)
+    return exported(root, "onnx")
+
+
+@pytest.fixture(scope="module")
+def runner(onnx_dir):
+    return OnnxRunner(onnx_dir, threads=1)
+
+
+@pytest.fixture(scope="module")
+def reference(root):
+    return TorchRunner(tiny_checkpoint(root), threads=1)
+
+
+def test_export_writes_one_onnx_program_per_stage_and_the_tokenizer(onnx_dir, root) -> None:
+    manifest = json.loads((onnx_dir / "manifest.json").read_text())
+    assert manifest["backend"] == "onnx" and manifest["quant"] == "fp32"
+    for stage in ("language_encoder", "vision_encoder", "fusion", "action_head"):
+        entry = manifest["stages"][stage]
+        assert (onnx_dir / entry["file"]).stat().st_size == entry["bytes"]
+        assert entry["check_max_abs"] < 1e-4
+    assert (onnx_dir / "tokenizer.json").is_file()
+    assert manifest["source"]["checkpoint_sha256"] == file_sha256(tiny_checkpoint(root))
+    assert manifest["chunk_horizon"] == 10 and manifest["flow_steps"] == 2
+    assert manifest["exporter"]["versions"]["onnxruntime"]
+
+
+def test_onnx_runner_implements_the_runner_protocol(runner) -> None:
+    assert isinstance(runner, Runner)
+    assert runner.spec.cameras == ("agentview", "wrist")
+    assert runner.spec.chunk_horizon == 10 and runner.spec.action_dim == 7
+    assert runner.spec.image_height == 32 and runner.spec.supports_prefix
+
+
+def test_onnx_chunk_matches_torch_with_the_same_noise_and_prefix(runner, reference) -> None:
+    noise = np.random.default_rng(3).standard_normal((10, 7)).astype(np.float32)
+    prefix = np.random.default_rng(4).uniform(-0.3, 0.3, (4, 7))
+    obs = observation()
+    want = reference.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=3)
+    got = runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=3)
+    assert got.t_obs_s == 3.25 and got.joint_names == want.joint_names
+    np.testing.assert_allclose(got.positions, want.positions, atol=1e-5)
+    np.testing.assert_array_equal(got.positions[:3], prefix[:3])
+
+
+def test_onnx_language_embedding_is_cached_per_instruction(runner) -> None:
+    obs = observation(instruction="lift the green block")
+    first = runner.infer(obs)
+    second = runner.infer(obs)
+    assert first.timings_ms["language_encoder"] > 0.0
+    assert second.timings_ms["language_encoder"] == 0.0
+    assert set(second.timings_ms) == {"language_encoder", "vision_encoder", "fusion", "action_head"}
+    assert all(second.timings_ms[s] > 0.0 for s in ("vision_encoder", "fusion", "action_head"))
+
+
+def test_factory_dispatches_an_onnx_export_dir_to_onnx_runner(onnx_dir) -> None:
+    runner = make_runner(str(onnx_dir), threads=1)
+    assert isinstance(runner, OnnxRunner)
+    assert runner.infer(observation()).positions.shape == (10, 7)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"images": {"agentview": np.zeros((32, 32, 3), np.uint8)}}, "cameras"),
+        (
+            {"images": {c: np.zeros((64, 64, 3), np.uint8) for c in ("agentview", "wrist")}},
+            "shape",
+        ),
+        (
+            {"images": {c: np.zeros((32, 32, 3), np.float32) for c in ("agentview", "wrist")}},
+            "dtype",
+        ),
+        ({"state": np.array([0.0, 0, 0, np.nan, 0, 0, 0])}, "non-finite"),
+        ({"state": np.zeros(6)}, "state shape"),
+        ({"instruction": "   "}, "empty"),
+    ],
+)
+def test_onnx_runner_refuses_a_bad_observation(runner, changes, words) -> None:
+    with pytest.raises(InvalidObservationError, match=words):
+        runner.infer(observation(**changes))
+
+
+def test_onnx_runner_refuses_bad_noise_and_prefix(runner) -> None:
+    with pytest.raises(InvalidObservationError, match="noise shape"):
+        runner.infer(observation(), noise=np.zeros((9, 7), np.float32))
+    with pytest.raises(InvalidObservationError, match="prefix_len"):
+        runner.infer(observation(), prefix_len=10)
+    with pytest.raises(InvalidObservationError, match="prefix_actions is None"):
+        runner.infer(observation(), prefix_len=2)

@@ -1,0 +1,83 @@
+"""``vla-edge export``: a checkpoint -> one program per stage plus ``manifest.json``.
+
+``vla-edge export --checkpoint CKPT --backend onnx|executorch --quant fp32|8da4w --out DIR``
+
+``--checkpoint bundled`` names the shipped model. ``--untrained-config YAML``
+exports freshly initialised weights of a model config instead (for timing at
+other input sizes; the manifest records ``source.trained = false``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vla_edge.core.errors import VlaEdgeError
+from vla_edge.export.manifest import BACKENDS, QUANTS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``vla-edge export``."""
+    parser.add_argument("--checkpoint", default="bundled", help="checkpoint .pt or 'bundled'")
+    parser.add_argument("--backend", choices=BACKENDS, required=True)
+    parser.add_argument("--quant", choices=QUANTS, default="fp32")
+    parser.add_argument("--out", type=Path, required=True, help="export directory")
+    parser.add_argument(
+        "--language-backend",
+        choices=BACKENDS,
+        default=None,
+        help="backend of the language stage (default: --backend)",
+    )
+    parser.add_argument(
+        "--reuse-language-from",
+        type=Path,
+        default=None,
+        help="copy a matching language program from this export directory",
+    )
+    parser.add_argument("--flow-steps", type=int, default=None, help="override K")
+    parser.add_argument(
+        "--untrained-config",
+        type=Path,
+        default=None,
+        help="export untrained weights of this model config (training YAML) instead",
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch threads while exporting")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export and print one line per stage."""
+    import sys
+
+    import torch
+
+    from vla_edge.export.pipeline import export_policy
+    from vla_edge.policy.model import VlaPolicy, load_checkpoint
+    from vla_edge.runners.factory import resolve_policy_path
+
+    torch.set_num_threads(max(1, int(args.threads)))
+    try:
+        checkpoint: Path | None
+        if args.untrained_config is not None:
+            from vla_edge.policy.config import load_train_file
+
+            torch.manual_seed(0)
+            policy = VlaPolicy(load_train_file(args.untrained_config).model)
+            checkpoint = None
+        else:
+            checkpoint = resolve_policy_path(args.checkpoint)
+            policy = load_checkpoint(checkpoint)
+        if args.flow_steps is not None:
+            policy.action_head.flow_steps = int(args.flow_steps)
+        export_policy(
+            policy,
+            args.out,
+            args.backend,
+            args.quant,
+            checkpoint=checkpoint,
+            language_backend=args.language_backend,
+            reuse_language_from=args.reuse_language_from,
+        )
+    except VlaEdgeError as exc:
+        print(f"vla-edge export: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,49 @@
+"""One stage -> one ONNX program, via ``torch.onnx.export(..., dynamo=True)``.
+
+Shapes are static (the manifest fixes them); the program is checked with
+``onnx.checker`` and its real inputs and outputs are read back for the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vla_edge.export.stages import StageProgram
+
+ONNX_OPSET = 18
+
+
+def export_stage_onnx(stage: StageProgram, path: Path, quiet: bool = True) -> dict[str, Any]:
+    """Write ``stage`` to ``path`` as ONNX (fp32).
+
+    Returns:
+        ``{"exporter": "torch.onnx.dynamo", "opset": int, "nodes": int}``.
+    """
+    sink = io.StringIO()
+    redirect = contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext()
+    with redirect, torch.inference_mode(False), torch.no_grad():
+        program = torch.onnx.export(
+            stage.module,
+            stage.example_inputs,
+            dynamo=True,
+            input_names=stage.input_names,
+            output_names=stage.output_names,
+            opset_version=ONNX_OPSET,
+            external_data=False,
+            verbose=False,
+        )
+        program.save(str(path))
+    import onnx
+
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model)
+    return {
+        "exporter": "torch.onnx.dynamo",
+        "opset": ONNX_OPSET,
+        "nodes": len(model.graph.node),
+    }

@@ -1,0 +1,82 @@
+"""``ExecuTorchRunner``: an ExecuTorch export directory (XNNPACK programs) run on CPU.
+
+Importing this module does not import torch. Running it does: ExecuTorch's
+Python runtime (``executorch.extension.pybindings``) links libtorch and only
+accepts and returns ``torch.Tensor`` (numpy arrays are refused), so the
+program wrapper imports torch when the first program is opened and wraps the
+numpy inputs with ``torch.from_numpy`` (no copy). The C++ runtime itself does
+not need torch; a deployment that must avoid it would call the runtime
+through a small native shim instead of these bindings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from vla_edge.runners.base import RunnerSpec
+from vla_edge.runners.exported import ExportedRunner
+
+# ExecuTorch ScalarType codes -> numpy dtype names
+_ET_DTYPES = {6: "float32", 4: "int64", 3: "int32", 5: "float16", 1: "int8", 0: "uint8"}
+
+
+def set_executorch_threads(threads: int) -> None:
+    """Resize ExecuTorch's process-wide CPU thread pool (never while a program runs)."""
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+    _unsafe_reset_threadpool(int(threads))
+
+
+class ExecuTorchProgram:
+    """One ``.pte`` program's ``forward`` method."""
+
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        import torch
+        from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+        if threads is not None:
+            set_executorch_threads(threads)
+        self._torch = torch
+        self.module = _load_for_executorch(str(path))
+        self._meta = self.module.method_meta("forward")
+
+    def run(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """First output for ``inputs`` (contiguous numpy arrays), copied to numpy."""
+        tensors = [self._torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
+        return self.module.forward(tensors)[0].numpy().copy()
+
+    def io(self) -> tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]]:
+        """``(shape, dtype)`` of the method's inputs and outputs."""
+
+        def spec(info: object) -> tuple[tuple[int, ...], str]:
+            code = int(info.dtype())
+            return tuple(int(s) for s in info.sizes()), _ET_DTYPES.get(code, f"scalar_type_{code}")
+
+        meta = self._meta
+        inputs = [spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())]
+        outputs = [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())]
+        return inputs, outputs
+
+
+class ExecuTorchRunner(ExportedRunner):
+    """Run an export directory whose manifest says ``backend: executorch``.
+
+    Args:
+        path: export directory.
+        threads: size of ExecuTorch's CPU thread pool (process-wide; XNNPACK uses it).
+        seed: seed of the noise drawn when ``infer`` gets none.
+        expected: refuse a manifest that differs from this spec.
+    """
+
+    backend_name = "executorch"
+
+    def __init__(
+        self,
+        path: str | Path,
+        threads: int | None = None,
+        seed: int = 0,
+        expected: RunnerSpec | None = None,
+    ) -> None:
+        super().__init__(path, threads=threads, seed=seed, expected=expected, backend="executorch")
