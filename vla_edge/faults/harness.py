@@ -88,6 +88,7 @@ class Trace:
     controller_rejected: list[int] = field(default_factory=list)
     safety_rejected: list[int] = field(default_factory=list)
     safety_limited: list[int] = field(default_factory=list)
+    complete: list[bool] = field(default_factory=list)
     success: bool = False
     success_time_s: float | None = None
     skipped: str | None = None
@@ -108,6 +109,11 @@ class Trace:
             "controller_rejected": np.asarray(self.controller_rejected, dtype=int),
             "safety_rejected": np.asarray(self.safety_rejected, dtype=int),
             "safety_limited": np.asarray(self.safety_limited, dtype=int),
+            "complete": (
+                np.asarray(self.complete, dtype=bool)
+                if self.complete
+                else np.ones(len(self.t_s), dtype=bool)
+            ),
         }
 
 

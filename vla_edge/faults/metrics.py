@@ -135,7 +135,8 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
     jerk_lim = np.asarray(safety.jerk_limit_per_s3)
     v, acc, jerk = derivatives(a["safe"], dt)
     # finite differences only across consecutive ticks (a real-time recording may miss one)
-    step_ok = np.diff(t) <= 1.5 * dt
+    # (and only where no sample was lost: ``complete``)
+    step_ok = (np.diff(t) <= 1.5 * dt) & a["complete"][1:] & a["complete"][:-1]
     v[~step_ok] = 0.0
     acc[~(step_ok[:-1] & step_ok[1:])] = 0.0
     jerk[~(step_ok[:-2] & step_ok[1:-1] & step_ok[2:])] = 0.0

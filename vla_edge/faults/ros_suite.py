@@ -300,6 +300,9 @@ def build_trace(
             return default
 
     controller_dead = dead_windows.get("controller_node", [])
+    lossy = lossy_intervals(rec)
+    last_count = {"accepted": 0, "rejected": 0}
+    offset = {"accepted": 0, "rejected": 0}
     for t_abs, safe in rec.safe:
         if safe.shape != (n,):
             continue
@@ -322,11 +325,44 @@ def build_trace(
             DEAD if dead else _SEVERITY.get(ctrl.get("watchdog_category", "none"), 0)
         )
         trace.holding.append(bool(num(ctrl, "holding", 1.0)) or dead)
-        trace.accepted.append(int(num(ctrl, "accepted")))
-        trace.controller_rejected.append(int(num(ctrl, "rejected")))
+        # a respawned controller counts from zero: keep the totals monotonic
+        for key, series in (("accepted", trace.accepted), ("rejected", trace.controller_rejected)):
+            value = int(num(ctrl, key))
+            if value < last_count[key]:
+                offset[key] += last_count[key]
+            last_count[key] = value
+            series.append(value + offset[key])
         trace.safety_rejected.append(int(num(safety, "rejected")))
         trace.safety_limited.append(int(num(safety, "limited_ticks")))
+        trace.complete.append(not any(a - 0.05 <= t_abs <= b + 0.05 for a, b in lossy))
+    trace.info["samples_lost"] = int(sum(lost for *_, lost in lossy_intervals(rec, spans=False)))
     return trace
+
+
+def lossy_intervals(rec: Recorder, spans: bool = True) -> list[Any]:
+    """Intervals between two safety diagnostics where fewer outputs arrived than were published.
+
+    The safety node counts its published outputs (``published`` on
+    ``/diagnostics``); a recorder starved of CPU can lose samples (reliable QoS
+    keeps a bounded history), and finite differences across a lost sample are
+    meaningless. A difference of one is the boundary jitter of the count.
+
+    Returns:
+        ``[(t0, t1)]`` (or ``[(t0, t1, lost)]`` when ``spans`` is false).
+    """
+    pubs = [
+        (t, int(float(v.get("published", "nan"))))
+        for t, name, _, v in rec.diag
+        if name == "vla_edge/safety" and v.get("published", "").replace(".", "", 1).isdigit()
+    ]
+    received = np.array([t for t, _ in rec.safe])
+    out: list[Any] = []
+    for (t0, p0), (t1, p1) in zip(pubs, pubs[1:], strict=False):
+        got = int(np.count_nonzero((received > t0) & (received <= t1)))
+        lost = (p1 - p0) - got
+        if lost > 1:
+            out.append((t0, t1) if spans else (t0, t1, lost))
+    return out
 
 
 def run_ros_scenario(
