@@ -31,6 +31,7 @@ def test_task_and_policy_become_parameter_overrides():
         "inference_node": {"backend": "expert"},
     }
     assert "sim_node" not in overrides_for("hil", "lift_red_block", None)
+    assert overrides_for("sim", None, None, threads=1) == {"inference_node": {"threads": 1}}
 
 
 def test_each_node_runs_as_its_own_process_with_its_parameter_file():
@@ -181,3 +182,50 @@ def test_hil_graph_drives_a_ros2_control_style_robot(tmp_path, ros_env):
     assert metrics["safety"]["state"] == "none"
     assert metrics["success"], "the robot should complete the task through the HIL graph"
     assert robot.returncode == 0
+
+
+@pytest.mark.ros
+def test_launch_sim_runs_a_learned_policy_through_the_torch_runner(tmp_path, ros_env):
+    """An untrained tiny checkpoint at the sim's resolution: every stage runs in the graph."""
+    import torch
+    from policy_synthetic import tiny_config
+
+    from vla_edge.policy.model import VlaPolicy, save_checkpoint
+
+    torch.manual_seed(0)
+    checkpoint = tmp_path / "tiny64.pt"
+    save_checkpoint(
+        checkpoint, VlaPolicy(tiny_config(image_height=64, image_width=64, flow_steps=2))
+    )
+    out = tmp_path / "run.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vla_edge.cli",
+            "launch",
+            "sim",
+            "--policy",
+            str(checkpoint),
+            "--threads",
+            "1",
+            "--duration",
+            "25",
+            "--json",
+            str(out),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        env=ros_env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads(out.read_text())
+    assert metrics["chunks_accepted"] >= 5
+    stages = metrics["inference_stage_ms"]
+    for stage in ("language_encoder", "vision_encoder", "fusion", "action_head", "wall"):
+        assert stages[stage]["p50"] > 0.0
+    assert metrics["threads"] == 1
+    assert all(code == 0 for code in metrics["exit_codes"].values())

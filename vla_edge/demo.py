@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--duration", type=float, default=DEFAULT_DURATION_S, help="upper bound in seconds"
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="inference threads (default: config/inference.yaml, at most cores - 1)",
+    )
 
 
 def choose_policy(requested: str) -> tuple[str, str | None]:
@@ -43,6 +50,26 @@ def choose_policy(requested: str) -> tuple[str, str | None]:
     if BUNDLED_CHECKPOINT.is_file():
         return "bundled", None
     return "expert", f"the bundled model {BUNDLED_CHECKPOINT} does not exist yet"
+
+
+def inference_threads(requested: int | None) -> int:
+    """Threads for the runner: ``requested``, else the config's, leaving one core free.
+
+    The simulator and the controller/safety loops share the machine with the
+    policy; an oversubscribed torch thread pool stalls for whole scheduler
+    slices (seconds of p95 latency on a loaded two-core machine), so the demo
+    never gives the policy every core.
+    """
+    if requested is not None:
+        return max(1, requested)
+    from vla_edge.config.loader import load_node_params
+    from vla_edge.config.models import InferenceConfig
+    from vla_edge.nodes.graph import INFERENCE_NODE
+
+    configured = load_node_params(
+        INFERENCE_NODE.params_path(), INFERENCE_NODE.name, InferenceConfig
+    ).threads
+    return max(1, min(configured, (os.cpu_count() or 2) - 1))
 
 
 def plot_joints(recording: Any, path: Path, title: str) -> None:
@@ -94,7 +121,7 @@ def summary_lines(metrics: dict[str, Any]) -> list[str]:
     )
     return [
         f"task:                       {metrics['task']}",
-        f"policy:                     {metrics['policy']}",
+        f"policy:                     {metrics['policy']} ({metrics.get('threads')} threads)",
         f"success:                    {metrics['success']}"
         + (f" (after {metrics['success_time_s']:.1f} s)" if metrics["success"] else ""),
         f"chunk age p50 / p95:        {age['p50']} / {age['p95']} ms (max {age['max']})",
@@ -124,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         args.duration,
         task=args.task,
         policy=policy,
+        threads=inference_threads(args.threads),
         stop_on_success=True,
         record=True,
         log_dir=out / "logs",

@@ -39,6 +39,7 @@ from vla_edge.core.errors import (
     InvalidObservationError,
     VlaEdgeError,
 )
+from vla_edge.core.types import Observation
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
     chunk_to_trajectory,
@@ -87,6 +88,7 @@ class InferenceNode(Node):
         self.errors: dict[str, int] = {}
         self._stats_lock = threading.Lock()
         self._last_start_s = float("-inf")
+        self.warm_up_ms: float | None = None
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         image_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
@@ -201,7 +203,36 @@ class InferenceNode(Node):
 
     # --- the worker -----------------------------------------------------------------------
 
+    def _warm_up(self) -> None:
+        """One inference on a blank observation, so the first real chunk is not late.
+
+        The first call of a learned runner allocates and compiles; its latency
+        would make the first chunk stale. The expert needs the simulator's state
+        and has nothing to warm up.
+        """
+        spec = self.runner.spec
+        if self.shadow is not None or not spec.cameras:
+            self.warm_up_ms = 0.0
+            return
+        blank = Observation(
+            stamp_s=self._now_s(),
+            images={
+                cam: np.zeros((spec.image_height, spec.image_width, 3), np.uint8)
+                for cam in spec.cameras
+            },
+            state=np.zeros(spec.action_dim),
+            instruction=self.config.instruction.strip() or "warm up",
+        )
+        start = time.perf_counter()
+        try:
+            self.runner.infer(blank)
+        except Exception as exc:  # noqa: BLE001 - reported; the node keeps serving
+            self._record_error(exc)
+        self.warm_up_ms = (time.perf_counter() - start) * 1e3
+        self.get_logger().info(f"warm-up inference took {self.warm_up_ms:.0f} ms")
+
     def _work(self) -> None:
+        self._warm_up()
         while not self._stop.is_set():
             item = self.slot.take(WORKER_POLL_S)
             if item is None:
@@ -281,7 +312,10 @@ class InferenceNode(Node):
             values.update({f"errors.{k}": v for k, v in sorted(self.errors.items())})
             values["errors.total"] = sum(self.errors.values())
         values.update(self.bad_input.as_values())
-        if self.slot.observation_stamp_s() is None:
+        values["warm_up_ms"] = self.warm_up_ms if self.warm_up_ms is not None else "running"
+        if self.warm_up_ms is None:
+            level, message = "WARN", "warming up the runner"
+        elif self.slot.observation_stamp_s() is None:
             level, message = (
                 "WARN",
                 "waiting for a complete observation (images, joints, instruction)",

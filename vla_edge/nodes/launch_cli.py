@@ -166,14 +166,20 @@ class GraphProcesses:
             return ""
 
 
-def overrides_for(profile: str, task: str | None, policy: str | None) -> dict[str, dict[str, Any]]:
-    """Parameter overrides implied by ``--task`` and ``--policy``."""
+def overrides_for(
+    profile: str, task: str | None, policy: str | None, threads: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """Parameter overrides implied by ``--task``, ``--policy`` and ``--threads``."""
     overrides: dict[str, dict[str, Any]] = {}
     names = {spec.name for spec in graph(profile)}
     if task and "sim_node" in names:
         overrides["sim_node"] = {"task": task}
-    if policy and "inference_node" in names:
-        overrides["inference_node"] = policy_parameters(policy)
+    if "inference_node" in names:
+        inference: dict[str, Any] = policy_parameters(policy) if policy else {}
+        if threads is not None:
+            inference["threads"] = int(threads)
+        if inference:
+            overrides["inference_node"] = inference
     return overrides
 
 
@@ -363,6 +369,8 @@ def collect_metrics(
         },
         "safety": {
             "state": safety.get("state"),
+            "reasons": safety.get("reasons"),
+            "rejected_out_of_limits": _float(safety, "rejected_out_of_limits"),
             "rejected": _float(safety, "rejected"),
             "brake_ticks": _float(safety, "brake_ticks"),
             "limited_ticks": _float(safety, "limited_ticks"),
@@ -377,6 +385,7 @@ def run_graph(
     duration_s: float,
     task: str | None = None,
     policy: str | None = None,
+    threads: int | None = None,
     stop_on_success: bool = False,
     settle_s: float = 1.0,
     record: bool = False,
@@ -395,7 +404,9 @@ def run_graph(
     ).max_chunk_age_s
     if task is None and profile == "sim":
         task = load_node_params(graph("sim")[0].params_path(), "sim_node", SimConfig).task
-    processes = GraphProcesses(profile, overrides_for(profile, task, policy), log_dir=log_dir)
+    processes = GraphProcesses(
+        profile, overrides_for(profile, task, policy, threads), log_dir=log_dir
+    )
     monitor = Monitor(record=record)
     processes.start()
     announce(
@@ -418,6 +429,7 @@ def run_graph(
         {
             "profile": profile,
             "policy": policy,
+            "threads": threads,
             "duration_s": round(monitor.elapsed_s(), 3),
             "nodes_died": died,
             "exit_codes": codes,
@@ -472,6 +484,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--policy", default=None, help="expert | bundled | checkpoint | export dir | ws://…"
     )
     parser.add_argument(
+        "--threads", type=int, default=None, help="inference threads (default: its config)"
+    )
+    parser.add_argument(
         "--stop-on-success", action="store_true", help="stop 1 s after /task_success"
     )
     parser.add_argument("--log-dir", type=Path, default=Path("out/launch"), help="node logs")
@@ -486,6 +501,7 @@ def run(args: argparse.Namespace) -> int:
             duration_s,
             task=args.task,
             policy=args.policy,
+            threads=args.threads,
             stop_on_success=args.stop_on_success,
             log_dir=args.log_dir,
         )
