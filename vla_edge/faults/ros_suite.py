@@ -506,7 +506,7 @@ def run_ros_suite(
     for scenario in scenarios:
         started = time.perf_counter()
         trace, record = run_ros_scenario(
-            scenario, safety_config, task, Path(log_dir) / scenario.name, policy
+            scenario, safety_config, scenario.task or task, Path(log_dir) / scenario.name, policy
         )
         result = score(trace, safety_config, state_slack_s=DIAGNOSTICS_PERIOD_S)
         if "died" in record:
