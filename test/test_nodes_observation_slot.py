@@ -23,7 +23,7 @@ def _fill(slot, stamp, value=0):
 def test_nothing_is_taken_without_a_request_or_a_complete_observation():
     slot = ObservationSlot(CAMS)
     slot.put_image("agentview", 1.0, _img(1))
-    slot.put_state(np.zeros(7))
+    slot.put_state(0.0, np.zeros(7))
     slot.put_instruction("pick")
     slot.request(None, 1.0)
     assert slot.take(0.01) is None  # wrist missing
@@ -35,7 +35,7 @@ def test_nothing_is_taken_without_a_request_or_a_complete_observation():
 
 def test_only_the_newest_frames_are_used_and_older_ones_are_dropped():
     slot = ObservationSlot(CAMS)
-    slot.put_state(np.ones(7))
+    slot.put_state(0.0, np.ones(7))
     slot.put_instruction("pick")
     for k in range(5):
         _fill(slot, float(k), value=k)
@@ -50,7 +50,7 @@ def test_only_the_newest_frames_are_used_and_older_ones_are_dropped():
 
 def test_observation_stamp_is_the_oldest_camera_frame():
     slot = ObservationSlot(CAMS)
-    slot.put_state(np.zeros(7))
+    slot.put_state(0.0, np.zeros(7))
     slot.put_instruction("pick")
     slot.put_image("agentview", 5.0, _img(0))
     slot.put_image("wrist", 4.9, _img(0))
@@ -60,7 +60,7 @@ def test_observation_stamp_is_the_oldest_camera_frame():
 
 def test_requests_made_before_the_last_chunk_was_published_are_dropped():
     slot = ObservationSlot(CAMS)
-    slot.put_state(np.zeros(7))
+    slot.put_state(0.0, np.zeros(7))
     slot.put_instruction("pick")
     _fill(slot, 1.0)
     slot.request(None, 0.5)
@@ -76,7 +76,7 @@ def test_requests_made_before_the_last_chunk_was_published_are_dropped():
 
 def test_a_waiting_worker_wakes_on_the_request_and_on_close():
     slot = ObservationSlot(CAMS)
-    slot.put_state(np.zeros(7))
+    slot.put_state(0.0, np.zeros(7))
     slot.put_instruction("pick")
     _fill(slot, 1.0)
     got = []
@@ -91,3 +91,13 @@ def test_a_waiting_worker_wakes_on_the_request_and_on_close():
     slot.close()
     worker.join(2.0)
     assert not worker.is_alive() and got[-1] is None
+
+
+def test_frames_are_paired_with_the_joint_state_measured_closest_to_their_capture():
+    slot = ObservationSlot(CAMS)
+    slot.put_instruction("pick")
+    for k in range(10):
+        slot.put_state(1.0 + 0.01 * k, np.full(7, float(k)))
+    _fill(slot, 1.031)
+    slot.request(None, 2.0)
+    assert slot.take(0.01).observation.state[0] == 3.0

@@ -172,7 +172,8 @@ class InferenceNode(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         try:
-            self.slot.put_state(joint_state_to_positions(msg, self.joint_names))
+            positions = joint_state_to_positions(msg, self.joint_names)
+            self.slot.put_state(stamp_to_s(msg.header.stamp), positions)
         except InvalidObservationError as exc:
             self.bad_input.record(getattr(exc, "reason", "joint_state"), str(exc))
 
@@ -262,6 +263,8 @@ class InferenceNode(Node):
     def _infer_and_publish(self, item: InferenceInput) -> None:
         spec = self.runner.spec
         obs = item.observation
+        if spec.cameras:  # exactly the runner's cameras (the config may subscribe to more)
+            obs.images = {cam: obs.images[cam] for cam in spec.cameras}
         start_s = self._now_s()
         wall0 = time.perf_counter()
         if self.shadow is not None:

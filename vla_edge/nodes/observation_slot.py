@@ -1,7 +1,9 @@
 """The inference node's input: only the newest observation, never a queue.
 
-Callbacks (any thread) overwrite the newest image per camera, joint state,
-instruction, controller plan and simulator snapshot; the worker thread waits
+Callbacks (any thread) overwrite the newest image per camera, instruction,
+controller plan and simulator snapshot (joint states keep one second of
+history, so the observation pairs the frames with the state measured closest
+to their capture time); the worker thread waits
 until a request is pending and an observation newer than the last one it used
 is complete, then takes a consistent snapshot. Old observations are dropped,
 so a slow policy never works on a backlog.
@@ -10,6 +12,7 @@ so a slow policy never works on a backlog.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +20,9 @@ from typing import Any
 import numpy as np
 
 from vla_edge.core.types import ActionChunk, Observation
+
+# Joint states kept to pair with a frame (1 s at 100 Hz).
+STATE_HISTORY = 100
 
 
 @dataclass
@@ -40,7 +46,7 @@ class ObservationSlot:
         self.cameras = tuple(cameras)
         self._cond = threading.Condition()
         self._images: dict[str, tuple[float, np.ndarray]] = {}
-        self._state: np.ndarray | None = None
+        self._states: deque[tuple[float, np.ndarray]] = deque(maxlen=STATE_HISTORY)
         self._instruction: str | None = None
         self._plan: ActionChunk | None = None
         self._plan_stamp_s: float | None = None
@@ -63,11 +69,15 @@ class ObservationSlot:
             self._images[camera] = (stamp_s, image)
             self._cond.notify_all()
 
-    def put_state(self, positions: np.ndarray) -> None:
-        """Newest measured joint positions."""
+    def put_state(self, stamp_s: float, positions: np.ndarray) -> None:
+        """Measured joint positions at ``stamp_s`` (a short history is kept)."""
         with self._cond:
-            self._state = positions
+            self._states.append((stamp_s, positions))
             self._cond.notify_all()
+
+    def _state_at_locked(self, stamp_s: float) -> np.ndarray:
+        """The joint state measured closest to ``stamp_s`` (the frames' capture time)."""
+        return min(self._states, key=lambda item: abs(item[0] - stamp_s))[1]
 
     def put_instruction(self, instruction: str) -> None:
         """The current instruction (already validated as non-empty)."""
@@ -106,7 +116,7 @@ class ObservationSlot:
             return self._stamp_locked()
 
     def _stamp_locked(self) -> float | None:
-        if self._state is None or self._instruction is None:
+        if not self._states or self._instruction is None:
             return None
         if any(cam not in self._images for cam in self.cameras):
             return None
@@ -130,13 +140,13 @@ class ObservationSlot:
             if self._closed:
                 return None
             stamp = self._stamp_locked()
-            assert stamp is not None and self._state is not None and self._instruction is not None
+            assert stamp is not None and self._instruction is not None
             self._requested = False
             self._last_used_stamp_s = stamp
             obs = Observation(
                 stamp_s=stamp,
                 images={cam: self._images[cam][1] for cam in self.cameras},
-                state=self._state.copy(),
+                state=self._state_at_locked(stamp).copy(),
                 instruction=self._instruction,
             )
             return InferenceInput(obs, self._plan, self._plan_stamp_s, self._extra)
