@@ -1,0 +1,435 @@
+"""``vla-edge bench latency``: per-stage and end-to-end latency of every backend.
+
+``vla-edge bench latency --json OUT [--backend torch,onnx,executorch,remote]
+[--checkpoint bundled] [--runs 200] [--cameras 1,3] [--image-size 224] [--threads 1,2]``
+
+Two sets of models are timed:
+
+* ``grid``: the bundled architecture exported at ``--image-size`` for each
+  camera count in ``--cameras``, with **untrained** weights (timing does not
+  depend on the weight values; each entry says ``"trained": false``);
+* ``native``: the real checkpoint at its own size (exports in
+  ``--export-root/{onnx_fp32,executorch_fp32,executorch_8da4w}``).
+
+Each (model, backend, quantisation, threads) runs in a fresh process
+(:mod:`vla_edge.bench.latency_worker`), so its resident memory is its own.
+The JSON also holds each export's artifact sizes, the machine (CPU, cores,
+governor, thermal zones, OS, Python and package versions, git commit, load
+average before and after) and a summary: the speed-up of the fastest edge
+backend over torch eager, the 8da4w / fp32 size ratios and each stage's
+share of the end-to-end time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from vla_edge.core.errors import VlaEdgeError
+
+BACKENDS = ("torch", "onnx", "executorch", "remote")
+EXPORTS = (("onnx", "fp32"), ("executorch", "fp32"), ("executorch", "8da4w"))
+GRID_CAMERAS = ("agentview", "wrist", "side")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``vla-edge bench latency``."""
+    parser.add_argument("--json", type=Path, required=True, help="output JSON")
+    parser.add_argument(
+        "--backend",
+        default="torch,onnx,executorch",
+        help=f"comma-separated subset of {','.join(BACKENDS)} (or 'all')",
+    )
+    parser.add_argument("--checkpoint", default="bundled", help="checkpoint .pt or 'bundled'")
+    parser.add_argument("--runs", type=int, default=200, help="timed runs (>= 200 for reports)")
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--cameras", default="1,3", help="camera counts of the grid")
+    parser.add_argument("--image-size", type=int, default=224, help="grid image height = width")
+    parser.add_argument("--threads", default="1,2", help="thread counts")
+    parser.add_argument("--export-root", type=Path, default=Path("out/export"))
+    parser.add_argument("--work-dir", type=Path, default=Path("out/bench/latency_models"))
+    parser.add_argument("--no-grid", action="store_true", help="skip the untrained size grid")
+    parser.add_argument("--no-native", action="store_true", help="skip the real checkpoint")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per worker process")
+
+
+# ---------------------------------------------------------------- machine
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip().replace("\x00", "")
+    except OSError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, cores, governor, thermal zones, OS, Python, packages, git commit, load."""
+    import glob
+
+    import psutil
+
+    from vla_edge.export.pipeline import package_versions
+
+    cpu_model = None
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.lower().startswith(("model name", "hardware", "cpu model")):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+    governors = sorted(
+        {
+            g
+            for g in (
+                _read(p) for p in glob.glob("/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor")
+            )
+            if g
+        }
+    )
+    thermal = []
+    for zone in sorted(glob.glob("/sys/class/thermal/thermal_zone*")):
+        temp = _read(f"{zone}/temp")
+        thermal.append(
+            {
+                "zone": Path(zone).name,
+                "type": _read(f"{zone}/type"),
+                "temp_c": int(temp) / 1000.0 if temp and temp.lstrip("-").isdigit() else None,
+            }
+        )
+    os_release = {}
+    for line in (_read("/etc/os-release") or "").splitlines():
+        key, _, value = line.partition("=")
+        os_release[key] = value.strip('"')
+    commit = _git(["rev-parse", "HEAD"])
+    dirty = _git(["status", "--porcelain", "--untracked-files=no"])
+    return {
+        "cpu_model": cpu_model or platform.processor(),
+        "device_model": _read("/proc/device-tree/model"),
+        "machine": platform.machine(),
+        "logical_cores": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "affinity_cores": len(os.sched_getaffinity(0)),
+        "memory_gb": psutil.virtual_memory().total / 2**30,
+        "governors": governors or None,
+        "thermal_zones": thermal or None,
+        "os": os_release.get("PRETTY_NAME") or platform.platform(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "packages": package_versions(("numpy", "psutil", "mujoco")) | package_versions(),
+        "git_commit": commit,
+        "git_dirty": bool(dirty) if dirty is not None else None,
+        "load_average": list(os.getloadavg()),
+    }
+
+
+def _git(args: list[str]) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+# ---------------------------------------------------------------- models
+def _same_export(folder: Path, policy: Any, trained: bool) -> bool:
+    """An existing export of exactly this model config and exporter versions."""
+    from vla_edge.export.manifest import load_manifest
+    from vla_edge.export.pipeline import package_versions
+
+    try:
+        manifest = load_manifest(folder)
+    except VlaEdgeError:
+        return False
+    data = manifest.data
+    return (
+        data["model_config"] == policy.config.model_dump(mode="json")
+        and data["flow_steps"] == policy.action_head.flow_steps
+        and data["exporter"].get("versions") == package_versions()
+        and bool(data["source"].get("trained")) == trained
+        and (
+            not trained
+            or data["source"].get("weights_sha256") == policy.checkpoint_info["weights_sha256"]
+        )
+    )
+
+
+def prepare_exports(
+    policy: Any,
+    root: Path,
+    checkpoint: Path | None,
+    language_from: dict[str, Path],
+    backends: tuple[str, ...] = ("onnx", "executorch"),
+    log: Any = print,
+) -> dict[str, Path]:
+    """Export ``policy`` to ``root/<backend>_<quant>`` (kept when already up to date).
+
+    ``language_from`` maps ``<backend>_<quant>`` to an export whose (identical)
+    language program is copied instead of exported again; it is updated.
+    """
+    from vla_edge.export.pipeline import export_policy
+
+    dirs: dict[str, Path] = {}
+    for backend, quant in EXPORTS:
+        if backend not in backends:
+            continue
+        name = f"{backend}_{quant}"
+        folder = root / name
+        if not _same_export(folder, policy, checkpoint is not None):
+            log(f"exporting {name} -> {folder}")
+            export_policy(
+                policy,
+                folder,
+                backend,
+                quant,
+                checkpoint=checkpoint,
+                reuse_language_from=language_from.get(name),
+                log=log,
+            )
+        language_from.setdefault(name, folder)
+        dirs[name] = folder
+    return dirs
+
+
+def grid_models(
+    checkpoint_policy: Any, cameras: list[int], size: int, work_dir: Path
+) -> list[dict[str, Any]]:
+    """Untrained copies of the checkpoint's architecture at ``size`` for each camera count."""
+    import torch
+
+    from vla_edge.policy.model import VlaPolicy, save_checkpoint
+
+    models = []
+    base = checkpoint_policy.config.model_dump(mode="json")
+    for n in cameras:
+        if not 1 <= n <= len(GRID_CAMERAS):
+            raise VlaEdgeError(f"--cameras {n}: expected 1..{len(GRID_CAMERAS)}")
+        sized = {"cameras": list(GRID_CAMERAS[:n]), "image_height": size, "image_width": size}
+        config = type(checkpoint_policy.config)(**(base | sized))
+        torch.manual_seed(0)
+        policy = VlaPolicy(config, checkpoint_policy.stats)
+        folder = work_dir / f"{n}cam_{size}"
+        folder.mkdir(parents=True, exist_ok=True)
+        ckpt = folder / "untrained.pt"
+        if not ckpt.is_file():
+            save_checkpoint(ckpt, policy, meta={"purpose": "latency timing, untrained weights"})
+        policy.checkpoint_info = {"weights_sha256": None}
+        models.append(
+            {"label": f"grid_{n}cam_{size}", "policy": policy, "checkpoint": ckpt, "dir": folder}
+        )
+    return models
+
+
+# ---------------------------------------------------------------- measuring
+def run_worker(policy: Path, threads: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Measure one runner in a fresh Python process."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "vla_edge.bench.latency_worker",
+        "--policy",
+        str(policy),
+        "--threads",
+        str(threads),
+        "--runs",
+        str(args.runs),
+        "--warmup",
+        str(args.warmup),
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, env=env)
+    if out.returncode != 0:
+        raise VlaEdgeError(
+            f"latency worker {policy} threads={threads} failed: {out.stderr[-2000:]}"
+        )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def artifact_bytes(folder: Path) -> dict[str, Any]:
+    """Bytes per stage program, the total and the policy stages without the language encoder."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    per_stage = {name: int(s["bytes"]) for name, s in manifest["stages"].items()}
+    return {
+        "stages": per_stage,
+        "total": sum(per_stage.values()),
+        "policy_stages": sum(v for k, v in per_stage.items() if k != "language_encoder"),
+        "stage_quant": {name: s["quant"] for name, s in manifest["stages"].items()},
+    }
+
+
+def summarize(results: list[dict[str, Any]], sizes: dict[str, Any]) -> dict[str, Any]:
+    """Speed-ups over torch eager, 8da4w size ratios and per-stage time shares."""
+    summary: dict[str, Any] = {"speedup_vs_torch": [], "size_ratio_8da4w_vs_fp32": {}}
+    keys = {(r["model"], r["cameras"], r["threads"]) for r in results}
+    for model, cams, threads in sorted(keys):
+        rows = [
+            r for r in results if (r["model"], r["cameras"], r["threads"]) == (model, cams, threads)
+        ]
+        torch_rows = [r for r in rows if r["backend"] == "torch"]
+        edge = [r for r in rows if r["backend"] in ("onnx", "executorch")]
+        if not torch_rows or not edge:
+            continue
+        best = min(edge, key=lambda r: r["end_to_end"]["p50_ms"])
+        t = torch_rows[0]["end_to_end"]["p50_ms"]
+        summary["speedup_vs_torch"].append(
+            {
+                "model": model,
+                "cameras": cams,
+                "threads": threads,
+                "torch_p50_ms": t,
+                "fastest": f"{best['backend']}_{best['quant']}",
+                "fastest_p50_ms": best["end_to_end"]["p50_ms"],
+                "speedup": t / best["end_to_end"]["p50_ms"],
+            }
+        )
+    for model, dirs in sizes.items():
+        fp32 = dirs.get("executorch_fp32")
+        q = dirs.get("executorch_8da4w")
+        if fp32 and q:
+            summary["size_ratio_8da4w_vs_fp32"][model] = {
+                "total": q["total"] / fp32["total"],
+                "policy_stages": q["policy_stages"] / fp32["policy_stages"],
+                "per_stage": {s: q["stages"][s] / fp32["stages"][s] for s in fp32["stages"]},
+            }
+    for r in results:
+        e2e = r["end_to_end"]["p50_ms"]
+        r["stage_share_of_end_to_end"] = {
+            s: v["p50_ms"] / e2e for s, v in r["stages"].items() if s != "language_encoder"
+        }
+    return summary
+
+
+def run_latency(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the report (see the module docstring)."""
+    import torch
+
+    from vla_edge.policy.model import load_checkpoint
+    from vla_edge.runners.factory import resolve_policy_path
+
+    torch.set_num_threads(2)
+    wanted = BACKENDS if args.backend == "all" else tuple(args.backend.split(","))
+    unknown = [b for b in wanted if b not in BACKENDS]
+    if unknown:
+        raise VlaEdgeError(f"--backend {args.backend}: unknown {unknown}, expected {BACKENDS}")
+    if args.runs < 1 or args.warmup < 0:
+        raise VlaEdgeError(f"--runs {args.runs} / --warmup {args.warmup}: need >= 1 and >= 0")
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    machine = machine_info()
+    ckpt = resolve_policy_path(args.checkpoint)
+    policy = load_checkpoint(ckpt)
+    models: list[dict[str, Any]] = []
+    if not args.no_grid:
+        cams = [int(c) for c in args.cameras.split(",")]
+        models += grid_models(policy, cams, args.image_size, args.work_dir)
+    if not args.no_native:
+        models.append(
+            {"label": "native", "policy": policy, "checkpoint": ckpt, "dir": args.export_root}
+        )
+    results: list[dict[str, Any]] = []
+    sizes: dict[str, Any] = {}
+    language_from: dict[str, Path] = {}
+    for model in models:
+        trained = model["label"] == "native"
+        exports: dict[str, Path] = {}
+        if any(b in wanted for b in ("onnx", "executorch")):
+            exports = prepare_exports(
+                model["policy"],
+                model["dir"],
+                model["checkpoint"] if trained else None,
+                language_from,
+                wanted,
+            )
+            sizes[model["label"]] = {name: artifact_bytes(d) for name, d in exports.items()}
+        cfg = model["policy"].config
+        variants: list[tuple[str, str, Path]] = []
+        if "torch" in wanted:
+            variants.append(("torch", "fp32", model["checkpoint"]))
+        for name, folder in exports.items():
+            backend, quant = name.split("_")
+            if backend in wanted:
+                variants.append((backend, quant, folder))
+        for backend, quant, path in variants:
+            for threads in thread_counts:
+                print(f"{model['label']}: {backend} {quant} threads={threads} ...", flush=True)
+                measured = run_worker(path, threads, args)
+                entry = {
+                    "backend": backend,
+                    "quant": quant,
+                    "cameras": len(cfg.cameras),
+                    "image_size": [cfg.image_height, cfg.image_width],
+                    "threads": threads,
+                    "model": model["label"],
+                    "trained": trained,
+                    "policy_path": str(path),
+                    **measured,
+                }
+                results.append(entry)
+                print(
+                    f"  end-to-end p50 {entry['end_to_end']['p50_ms']:.2f} ms, p95 "
+                    f"{entry['end_to_end']['p95_ms']:.2f} ms, rss {entry['rss_mb']:.0f} MiB",
+                    flush=True,
+                )
+        if "remote" in wanted and trained:
+            results.append(_remote_entry(model, exports, thread_counts[0], args))
+    machine["load_average_after"] = list(os.getloadavg())
+    summary = summarize([r for r in results if r["backend"] != "remote"], sizes)
+    return {
+        "results": results,
+        "artifact_bytes": sizes,
+        "machine": machine,
+        "summary": summary,
+        "settings": {
+            "runs": args.runs,
+            "warmup": args.warmup,
+            "threads": thread_counts,
+            "grid_cameras": args.cameras,
+            "grid_image_size": args.image_size,
+            "grid_weights": "untrained (timing only)",
+            "end_to_end": "runner.infer wall time with the instruction embedding cached",
+            "language_encoder": "timed separately: first call per new instruction",
+        },
+    }
+
+
+def _remote_entry(
+    model: dict[str, Any], exports: dict[str, Path], threads: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The openpi-protocol round trip, serving the native model in-process (ONNX if exported)."""
+    from vla_edge.bench.remote_latency import bench_remote
+    from vla_edge.runners.factory import make_runner
+
+    served = exports.get("onnx_fp32") or model["checkpoint"]
+    runner = make_runner(str(served), threads=threads)
+    entry = bench_remote(
+        runner, n_requests=args.runs, warmup=args.warmup, quant="fp32", threads=threads
+    )
+    runner.close()
+    entry.update({"model": model["label"], "trained": True, "served": str(served)})
+    return entry
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the latency JSON."""
+    started = time.time()
+    try:
+        report = run_latency(args)
+    except VlaEdgeError as exc:
+        print(f"vla-edge bench latency: {exc}", file=sys.stderr)
+        return 2
+    report["settings"]["wall_s"] = time.time() - started
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    for row in report["summary"]["speedup_vs_torch"]:
+        print(
+            f"{row['model']} {row['cameras']} cam, {row['threads']} thr: torch "
+            f"{row['torch_p50_ms']:.2f} ms, fastest {row['fastest']} "
+            f"{row['fastest_p50_ms']:.2f} ms, x{row['speedup']:.2f}"
+        )
+    print(f"wrote {args.json}")
+    return 0

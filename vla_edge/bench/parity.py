@@ -1,0 +1,268 @@
+"""``vla-edge bench parity``: exported backends against the torch reference, same inputs.
+
+``vla-edge bench parity --checkpoint CKPT --json OUT [--data DIR] [--export-root DIR]``
+
+Observations come from the recorded demonstrations (``--data``: HDF5 files,
+spread evenly over the episodes) or, without data, are rendered from the
+tabletop env while the scripted expert drives each task. Every observation
+goes through the torch runner and through each export with the same explicit
+noise, and every third one with an executed prefix taken from the recorded
+(or expert) actions, so the prefix path is compared too.
+
+Per export (``onnx_fp32``, ``executorch_fp32``, ``executorch_8da4w``, found
+as ``EXPORT_ROOT/<name>`` or given with ``--export name=DIR``; exported from
+the checkpoint first when missing and ``--export-missing`` is set)::
+
+    {"pairs": {NAME: {"rms_pct_of_range": [per dim], "rms_pct_of_range_max",
+                      "max_abs", "cosine", "cosine_min", ...}}, ...}
+
+``rms_pct_of_range``: RMS over all chunks and steps of (backend - torch) per
+action dimension, as a percentage of that dimension's range (max - min of
+the torch chunks). ``cosine``: mean over chunks of the cosine similarity of
+the flattened chunks in the model's action representation (deltas for the
+delta dimensions), which is not dominated by the absolute joint offsets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vla_edge.core.errors import VlaEdgeError
+from vla_edge.core.types import Observation
+
+PAIRS = ("onnx_fp32", "executorch_fp32", "executorch_8da4w")
+TARGET_RMS_PCT = {"fp32": 0.1, "8da4w": 5.0}
+MIN_RANGE = 1e-6
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``vla-edge bench parity``."""
+    parser.add_argument("--checkpoint", default="bundled", help="checkpoint .pt or 'bundled'")
+    parser.add_argument("--json", type=Path, required=True, help="output JSON")
+    parser.add_argument("--data", type=Path, default=None, help="demonstrations (HDF5 file/dir)")
+    parser.add_argument("--export-root", type=Path, default=Path("out/export"))
+    parser.add_argument(
+        "--export",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="export directory of a pair (overrides EXPORT_ROOT/NAME); repeatable",
+    )
+    parser.add_argument(
+        "--export-missing", action="store_true", help="export missing pairs from the checkpoint"
+    )
+    parser.add_argument("--samples", type=int, default=64, help="observations compared")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+# ---------------------------------------------------------------- observations
+def observations_from_data(
+    path: Path, cameras: list[str], image_hw: tuple[int, int], action_dim: int, count: int
+) -> list[tuple[Observation, np.ndarray]]:
+    """``count`` (observation, recorded action rows from it) spread over the episodes."""
+    from vla_edge.policy.data import load_episodes
+
+    episodes = load_episodes(path, cameras, image_hw, action_dim)
+    steps = [(e, k) for e, ep in enumerate(episodes) for k in range(ep.length)]
+    picks = np.linspace(0, len(steps) - 1, num=min(count, len(steps))).round().astype(int)
+    out = []
+    for i in picks:
+        e, k = steps[int(i)]
+        ep = episodes[e]
+        obs = Observation(
+            stamp_s=0.1 * k,
+            images={cam: ep.images[cam][k] for cam in cameras},
+            state=ep.state[k].astype(np.float64),
+            instruction=ep.instruction,
+        )
+        out.append((obs, ep.actions[k:].astype(np.float64)))
+    return out
+
+
+def observations_from_env(
+    cameras: list[str], image_hw: tuple[int, int], horizon: int, count: int
+) -> list[tuple[Observation, np.ndarray]]:
+    """Observations rendered while the scripted expert drives each task (eval states)."""
+    from vla_edge.runners.expert import ExpertRunner
+    from vla_edge.sim.env import TabletopEnv
+    from vla_edge.sim.tasks import list_tasks
+
+    env = TabletopEnv(image_hw[0], image_hw[1], cameras=cameras)
+    expert = ExpertRunner(env, chunk_horizon=horizon)
+    tasks = list_tasks()
+    per_task = max(1, -(-count // len(tasks)))
+    substeps = int(round(0.1 / env.control_dt_s))
+    out: list[tuple[Observation, np.ndarray]] = []
+    try:
+        for t, task in enumerate(tasks):
+            obs = env.reset(task, t % 50)
+            expert.expert.reset()
+            for k in range(per_task * 4):
+                chunk = expert.infer(obs)
+                if k % 4 == 0:
+                    out.append((obs, chunk.positions.copy()))
+                for _ in range(substeps):
+                    env.step(chunk.positions[1])
+                obs = env.observe(render=True)
+    finally:
+        env.close()
+    return out[:count]
+
+
+# ---------------------------------------------------------------- metrics
+def compare(
+    reference: np.ndarray, candidate: np.ndarray, reference_rel: np.ndarray, cand_rel: np.ndarray
+) -> dict[str, Any]:
+    """Parity metrics of chunks ``[N, H, A]`` (absolute and in the model's representation)."""
+    err = candidate - reference
+    flat_ref = reference.reshape(-1, reference.shape[-1])
+    span = np.maximum(flat_ref.max(axis=0) - flat_ref.min(axis=0), MIN_RANGE)
+    rms = np.sqrt(np.mean(err.reshape(-1, err.shape[-1]) ** 2, axis=0))
+    pct = 100.0 * rms / span
+    a = reference_rel.reshape(reference_rel.shape[0], -1)
+    b = cand_rel.reshape(cand_rel.shape[0], -1)
+    cos = np.sum(a * b, axis=1) / np.maximum(
+        np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12
+    )
+    return {
+        "rms_pct_of_range": [float(v) for v in pct],
+        "rms_pct_of_range_max": float(pct.max()),
+        "rms": [float(v) for v in rms],
+        "range": [float(v) for v in span],
+        "max_abs": float(np.max(np.abs(err))),
+        "max_abs_per_dim": [float(v) for v in np.max(np.abs(err.reshape(-1, err.shape[-1])), 0)],
+        "cosine": float(np.mean(cos)),
+        "cosine_min": float(np.min(cos)),
+    }
+
+
+def _run_all(runner: Any, cases: list[dict[str, Any]]) -> tuple[np.ndarray, float]:
+    t0 = time.perf_counter()
+    chunks = [
+        runner.infer(
+            c["obs"], noise=c["noise"], prefix_actions=c["prefix"], prefix_len=c["prefix_len"]
+        ).positions
+        for c in cases
+    ]
+    return np.stack(chunks), (time.perf_counter() - t0) / max(1, len(cases)) * 1e3
+
+
+def _export_dirs(args: argparse.Namespace) -> dict[str, Path]:
+    dirs = {name: args.export_root / name for name in PAIRS}
+    for item in args.export:
+        name, sep, folder = item.partition("=")
+        if not sep or name not in PAIRS:
+            raise VlaEdgeError(f"--export {item!r}: expected NAME=DIR with NAME in {PAIRS}")
+        dirs[name] = Path(folder)
+    return dirs
+
+
+def run_parity(args: argparse.Namespace) -> dict[str, Any]:
+    """Compute the parity report (see the module docstring)."""
+    import torch
+
+    from vla_edge.policy.model import load_checkpoint, sample_noise
+    from vla_edge.runners.factory import make_runner, resolve_policy_path
+    from vla_edge.runners.torch_runner import TorchRunner
+
+    torch.set_num_threads(max(1, int(args.threads)))
+    ckpt = resolve_policy_path(args.checkpoint)
+    policy = load_checkpoint(ckpt, load_language=True)
+    cfg = policy.config
+    hw = (cfg.image_height, cfg.image_width)
+    if args.data is not None:
+        samples = observations_from_data(
+            args.data, list(cfg.cameras), hw, cfg.action_dim, args.samples
+        )
+        source = f"data:{args.data}"
+    else:
+        samples = observations_from_env(list(cfg.cameras), hw, cfg.chunk_horizon, args.samples)
+        source = "env:scripted_expert"
+    gen = torch.Generator().manual_seed(int(args.seed))
+    cases = []
+    for i, (obs, actions) in enumerate(samples):
+        prefix_len = min(cfg.max_prefix_len, 2) if i % 3 == 2 else 0
+        prefix = None
+        if prefix_len:
+            rows = actions[:prefix_len]
+            prefix = np.concatenate([rows, np.repeat(rows[-1:], prefix_len - len(rows), 0)])
+        cases.append(
+            {
+                "obs": obs,
+                "noise": sample_noise(gen, cfg.chunk_horizon, cfg.action_dim),
+                "prefix": prefix,
+                "prefix_len": prefix_len,
+            }
+        )
+    reference = TorchRunner(policy, threads=args.threads)
+    ref_chunks, ref_ms = _run_all(reference, cases)
+    states = np.stack([np.asarray(c["obs"].state, np.float64) for c in cases])
+    ref_rel = policy.codec.to_relative(ref_chunks, states)
+    report: dict[str, Any] = {
+        "pairs": {},
+        "reference": {
+            "backend": "torch",
+            "checkpoint": str(ckpt),
+            "weights_sha256": policy.checkpoint_info.get("weights_sha256"),
+            "mean_infer_ms": ref_ms,
+        },
+        "observations": {
+            "source": source,
+            "count": len(cases),
+            "with_prefix": sum(1 for c in cases if c["prefix_len"]),
+            "noise_seed": int(args.seed),
+        },
+        "dims": list(cfg.joint_names),
+        "targets_rms_pct_of_range_max": TARGET_RMS_PCT,
+        "skipped": {},
+    }
+    for name, folder in _export_dirs(args).items():
+        backend, quant = name.split("_")
+        if not (folder / "manifest.json").is_file():
+            if not args.export_missing:
+                report["skipped"][name] = f"no export at {folder}"
+                continue
+            from vla_edge.export.pipeline import export_policy
+
+            export_policy(policy, folder, backend, quant, checkpoint=ckpt)
+        runner = make_runner(str(folder), threads=args.threads)
+        chunks, ms = _run_all(runner, cases)
+        runner.close()
+        entry = compare(ref_chunks, chunks, ref_rel, policy.codec.to_relative(chunks, states))
+        entry.update(
+            {
+                "export_dir": str(folder),
+                "backend": backend,
+                "quant": quant,
+                "mean_infer_ms": ms,
+                "meets_target": entry["rms_pct_of_range_max"] <= TARGET_RMS_PCT[quant],
+            }
+        )
+        report["pairs"][name] = entry
+        print(
+            f"{name}: rms % of range max {entry['rms_pct_of_range_max']:.4f} "
+            f"(target <= {TARGET_RMS_PCT[quant]}), max_abs {entry['max_abs']:.2e}, "
+            f"cosine {entry['cosine']:.6f}"
+        )
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the parity JSON."""
+    try:
+        report = run_parity(args)
+    except VlaEdgeError as exc:
+        print(f"vla-edge bench parity: {exc}", file=sys.stderr)
+        return 2
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
