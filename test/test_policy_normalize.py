@@ -19,7 +19,11 @@ def test_encoded_actions_decode_back_to_the_absolute_chunk() -> None:
     states, chunks = _data()
     codec = ActionCodec(compute_stats(states, chunks, DELTA), DELTA)
     encoded = codec.encode_actions(chunks, states)
-    np.testing.assert_allclose(codec.decode_actions(encoded, states), chunks, atol=1e-5)
+    inside = np.clip(chunks, codec.stats.action_low, codec.stats.action_high)
+    np.testing.assert_allclose(codec.decode_actions(encoded, states), inside, atol=1e-5)
+    np.testing.assert_allclose(
+        codec.decode_actions(encoded, states)[..., :6], chunks[..., :6], atol=1e-5
+    )
 
 
 def test_encoded_training_actions_are_standardised() -> None:
@@ -64,4 +68,26 @@ def test_stats_with_non_positive_std_are_refused() -> None:
     bad = NormStats.identity(7).to_dict()
     bad["state_std"][2] = 0.0
     with pytest.raises(ConfigError, match="state_std .* must be > 0"):
+        NormStats.from_dict(bad, 7)
+
+
+def test_decoded_actions_are_clipped_to_the_demonstrated_range() -> None:
+    states, chunks = _data()
+    stats = compute_stats(states, chunks, DELTA)
+    assert stats.action_low[6] == pytest.approx(0.0032)
+    assert stats.action_high[6] == pytest.approx(0.0368)
+    width = chunks[..., 0].max() - chunks[..., 0].min()
+    assert stats.action_high[0] == pytest.approx(chunks[..., 0].max() + 0.05 * width)
+    codec = ActionCodec(stats, DELTA)
+    wild = np.full((10, 7), 50.0, dtype=np.float32)
+    decoded = codec.decode_actions(wild, states[0])
+    np.testing.assert_array_equal(decoded[:, 6], stats.action_high[6])
+    np.testing.assert_array_equal(decoded[:, 0], stats.action_high[0])
+
+
+def test_stats_with_inverted_clip_range_are_refused() -> None:
+    states, chunks = _data()
+    bad = compute_stats(states, chunks, DELTA).to_dict()
+    bad["action_low"][1], bad["action_high"][1] = 1.0, -1.0
+    with pytest.raises(ConfigError, match="action_low = .* must be <= action_high"):
         NormStats.from_dict(bad, 7)
