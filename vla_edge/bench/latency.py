@@ -137,6 +137,41 @@ def _git(args: list[str]) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+_IMPORT_PROBE = """
+import json, sys, time, psutil
+rss0 = psutil.Process().memory_info().rss
+t0 = time.perf_counter()
+import {module}
+dt = time.perf_counter() - t0
+print(json.dumps({{"import_s": dt, "rss_mb": (psutil.Process().memory_info().rss - rss0) / 2**20,
+                  "torch_imported": "torch" in sys.modules}}))
+"""
+
+
+def import_cost(module: str) -> dict[str, Any] | None:
+    """Wall time and resident memory of importing ``module`` in a fresh process."""
+    code = _IMPORT_PROBE.format(module=module)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    if out.returncode != 0:
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def runtime_import_costs() -> dict[str, Any]:
+    """What each runtime costs to import: ExecuTorch's Python bindings pull in torch."""
+    return {
+        "torch": import_cost("torch"),
+        "onnxruntime": import_cost("onnxruntime"),
+        "executorch_pybindings": import_cost("executorch.extension.pybindings.portable_lib"),
+        "executorch_pybindings_C_only": import_cost("executorch.extension.pybindings._C"),
+    }
+
+
 # ---------------------------------------------------------------- models
 def _same_export(folder: Path, policy: Any, trained: bool) -> bool:
     """An existing export of exactly this model config and exporter versions."""
@@ -213,7 +248,7 @@ def grid_models(
         sized = {"cameras": list(GRID_CAMERAS[:n]), "image_height": size, "image_width": size}
         config = type(checkpoint_policy.config)(**(base | sized))
         torch.manual_seed(0)
-        policy = VlaPolicy(config, checkpoint_policy.stats)
+        policy = VlaPolicy(config)  # untrained: identity statistics
         folder = work_dir / f"{n}cam_{size}"
         folder.mkdir(parents=True, exist_ok=True)
         ckpt = folder / "untrained.pt"
@@ -378,6 +413,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         if "remote" in wanted and trained:
             results.append(_remote_entry(model, exports, thread_counts[0], args))
     machine["load_average_after"] = list(os.getloadavg())
+    machine["runtime_import_costs"] = runtime_import_costs()
     summary = summarize([r for r in results if r["backend"] != "remote"], sizes)
     return {
         "results": results,

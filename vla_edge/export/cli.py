@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vla_edge.core.errors import VlaEdgeError
+from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.export.manifest import BACKENDS, QUANTS
 
 
@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
             checkpoint = resolve_policy_path(args.checkpoint)
             policy = load_checkpoint(checkpoint)
         if args.flow_steps is not None:
+            if not 1 <= args.flow_steps <= 100:
+                raise ConfigError(f"--flow-steps = {args.flow_steps}, expected 1 <= K <= 100")
             policy.action_head.flow_steps = int(args.flow_steps)
         export_policy(
             policy,

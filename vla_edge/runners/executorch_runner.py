@@ -4,9 +4,12 @@ Importing this module does not import torch. Running it does: ExecuTorch's
 Python runtime (``executorch.extension.pybindings``) links libtorch and only
 accepts and returns ``torch.Tensor`` (numpy arrays are refused), so the
 program wrapper imports torch when the first program is opened and wraps the
-numpy inputs with ``torch.from_numpy`` (no copy). The C++ runtime itself does
-not need torch; a deployment that must avoid it would call the runtime
-through a small native shim instead of these bindings.
+numpy inputs with ``torch.from_numpy`` (no copy). It loads the bindings'
+extension module ``_C`` directly rather than ``portable_lib``, whose import
+also pulls in the ``executorch.exir`` compiler (measured here: about 3x the
+import time and +130 MiB; ``vla-edge bench latency`` records both). The C++
+runtime itself does not need torch; a deployment that must avoid it would
+call the runtime through a small native shim instead of these bindings.
 """
 
 from __future__ import annotations
@@ -22,11 +25,17 @@ from vla_edge.runners.exported import ExportedRunner
 _ET_DTYPES = {6: "float32", 4: "int64", 3: "int32", 5: "float16", 1: "int8", 0: "uint8"}
 
 
+def _bindings():  # noqa: ANN202 - the pybind11 extension module
+    """ExecuTorch's pybind11 extension (libtorch is loaded first, as ``portable_lib`` does)."""
+    import torch  # noqa: F401 - loads libtorch for the extension's symbols
+    from executorch.extension.pybindings import _C
+
+    return _C
+
+
 def set_executorch_threads(threads: int) -> None:
     """Resize ExecuTorch's process-wide CPU thread pool (never while a program runs)."""
-    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-
-    _unsafe_reset_threadpool(int(threads))
+    _bindings()._unsafe_reset_threadpool(int(threads))
 
 
 class ExecuTorchProgram:
@@ -34,12 +43,12 @@ class ExecuTorchProgram:
 
     def __init__(self, path: Path, threads: int | None = None) -> None:
         import torch
-        from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
+        bindings = _bindings()
         if threads is not None:
             set_executorch_threads(threads)
         self._torch = torch
-        self.module = _load_for_executorch(str(path))
+        self.module = bindings._load_for_executorch(str(path))
         self._meta = self.module.method_meta("forward")
 
     def run(self, inputs: list[np.ndarray]) -> np.ndarray:
