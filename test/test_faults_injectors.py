@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vla_edge.core.errors import ConfigError
 from vla_edge.core.stop import StopCategory
@@ -98,9 +100,11 @@ def test_camera_delay_releases_frames_delay_later_with_their_capture_stamp():
     assert inj.camera(frame(1.1), 1.1) == []
     assert [f.stamp_s for f in inj.camera(None, 1.2)] == [1.0]
     assert [f.stamp_s for f in inj.camera(None, 1.3)] == [1.1]
-    # after the window, queued frames flush first, in order
+    # after the window, a new frame waits for the queue ahead of it (order kept)
     assert inj.camera(frame(1.9), 1.9) == []
-    assert [f.stamp_s for f in inj.camera(frame(2.0), 2.0)] == [1.9, 2.0]
+    assert inj.camera(frame(2.0), 2.0) == []
+    assert [f.stamp_s for f in inj.camera(None, 2.1)] == [1.9, 2.0]
+    assert [f.stamp_s for f in inj.camera(frame(2.2), 2.2)] == [2.2]
 
 
 def test_camera_freeze_repeats_the_last_good_frame_same_stamp_same_pixels():
@@ -211,3 +215,36 @@ def test_cpu_cap_slowdown_is_the_measured_wall_time_ratio():
     inj.record_wall_s(0.03, capped=True)
     assert math.isclose(inj.slowdown, 3.0)
     assert inj.inference_delay_s(0.1, 1.5) == pytest.approx(0.3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    delay_s=st.floats(0.01, 1.0),
+    start_s=st.floats(0.0, 2.0),
+    duration_s=st.floats(0.05, 2.0),
+    period_s=st.sampled_from([0.02, 0.05, 0.1]),
+)
+def test_camera_delay_delivers_every_frame_once_in_order_and_never_early(
+    delay_s, start_s, duration_s, period_s
+):
+    inj = CameraDelay(
+        scenario("camera_delay", {"delay_s": delay_s}, start_s=start_s, duration_s=duration_s)
+    )
+    captured, delivered = [], []
+    tick_s = 0.01
+    for k in range(int(6.0 / tick_s)):
+        t = k * tick_s
+        f = None
+        if k % int(round(period_s / tick_s)) == 0:
+            f = frame(t)
+            captured.append(t)
+        for out in inj.camera(f, t):
+            delivered.append((t, out.stamp_s))
+    stamps = [s for _, s in delivered]
+    assert stamps == sorted(stamps)
+    assert len(stamps) == len(set(stamps))
+    late = [s for s in captured if s < 6.0 - delay_s - 2 * tick_s]
+    assert set(late) <= set(stamps)
+    for t, s in delivered:
+        if start_s <= s < start_s + duration_s:
+            assert t >= s + delay_s - 1e-6

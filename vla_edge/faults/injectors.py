@@ -105,12 +105,20 @@ class CameraDelay(Injector):
         self._queue: deque[tuple[float, Observation]] = deque()
 
     def camera(self, frame: Observation | None, t_s: float) -> list[Observation]:
-        """Queue frames captured during the fault; release each once it is ``delay_s`` old."""
+        """Frames due at ``t_s``, in capture order, none earlier than its delay.
+
+        A frame captured during the fault is released ``delay_s`` after capture;
+        after the fault, frames still wait for the queue ahead of them to drain
+        (a transport queue keeps its order).
+        """
         out: list[Observation] = []
-        if frame is not None and _affects(frame, self.cameras) and self.active(t_s):
-            self._queue.append((t_s + self.delay_s, frame))
+        if frame is not None and _affects(frame, self.cameras):
+            release_s = t_s + self.delay_s if self.active(t_s) else t_s
+            if self._queue:
+                release_s = max(release_s, self._queue[-1][0])
+            self._queue.append((release_s, frame))
             frame = None
-        while self._queue and (self._queue[0][0] <= t_s + 1e-9 or frame is not None):
+        while self._queue and self._queue[0][0] <= t_s + 1e-9:
             out.append(self._queue.popleft()[1])
         if frame is not None:
             out.append(frame)
