@@ -176,7 +176,7 @@ def runtime_import_costs() -> dict[str, Any]:
 def _same_export(folder: Path, policy: Any, trained: bool) -> bool:
     """An existing export of exactly this model config and exporter versions."""
     from vla_edge.export.manifest import load_manifest
-    from vla_edge.export.pipeline import package_versions
+    from vla_edge.export.pipeline import EXPORTER_REVISION, package_versions
 
     try:
         manifest = load_manifest(folder)
@@ -187,6 +187,7 @@ def _same_export(folder: Path, policy: Any, trained: bool) -> bool:
         data["model_config"] == policy.config.model_dump(mode="json")
         and data["flow_steps"] == policy.action_head.flow_steps
         and data["exporter"].get("versions") == package_versions()
+        and data["exporter"].get("revision") == EXPORTER_REVISION
         and bool(data["source"].get("trained")) == trained
         and (
             not trained

@@ -7,9 +7,9 @@
   in groups of ``GROUP_SIZE`` (torchao ``Int8DynamicActivationIntxWeightConfig``),
   which XNNPACK runs as one fused kernel. Other layers stay fp32.
 
-Layer and group norms are first rewritten with ops XNNPACK takes
-(:mod:`vla_edge.export.xnnpack_norms`), so each stage lowers to few delegate
-calls. The delegated and non-delegated node counts per stage come from
+Norms and attention are first rewritten with ops XNNPACK takes
+(:mod:`vla_edge.export.xnnpack_rewrites`), so each stage lowers to few
+delegate calls. The delegated and non-delegated node counts per stage come from
 ``executorch.devtools.backend_debug.get_delegation_info`` and go into the
 manifest; the operators left outside XNNPACK are listed by name.
 """
@@ -58,15 +58,15 @@ def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict
     Returns:
         ``{"delegation": {"delegated_subgraphs", "delegated_nodes",
         "non_delegated_nodes", "non_delegated_ops": {op: count}},
-        "quantized_linears", "fp32_linears", "norms_rewritten_for_xnnpack"}``.
+        "quantized_linears", "fp32_linears", "rewritten_for_xnnpack"}``.
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info
     from executorch.exir import to_edge_transform_and_lower
 
-    from vla_edge.export.xnnpack_norms import replace_norms
+    from vla_edge.export.xnnpack_rewrites import rewrite_for_xnnpack
 
-    module, norms = replace_norms(stage.module.eval())
+    module, rewrites = rewrite_for_xnnpack(stage.module.eval())
     quantized, skipped = 0, sum(1 for m in module.modules() if isinstance(m, nn.Linear))
     if quant == "8da4w":
         module, quantized, skipped = quantize_8da4w(module)
@@ -80,7 +80,7 @@ def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict
         "delegation": delegation_summary(info),
         "quantized_linears": quantized,
         "fp32_linears": skipped,
-        "norms_rewritten_for_xnnpack": norms,
+        "rewritten_for_xnnpack": rewrites,
     }
 
 

@@ -38,6 +38,9 @@ from vla_edge.export.manifest import (
 from vla_edge.export.stages import StageProgram, policy_stages, shape_fields
 from vla_edge.policy.model import VlaPolicy
 
+EXPORTER_REVISION = 2
+"""Bumped when the exporter's output changes for the same model and package versions."""
+
 VERSION_PACKAGES = (
     "torch",
     "executorch",
@@ -131,6 +134,7 @@ def _reuse_language(
         or entry["quant"] != quant
         or other.data["max_instruction_tokens"] != max_tokens
         or other.data["exporter"].get("versions") != package_versions()
+        or other.data["exporter"].get("revision") != EXPORTER_REVISION
     ):
         return None
     shutil.copyfile(source_dir / entry["file"], out_dir / entry["file"])
@@ -231,7 +235,11 @@ def export_policy(
             "language_model": "sentence-transformers/all-MiniLM-L6-v2",
         },
         "source": _source_info(policy, checkpoint),
-        "exporter": {"versions": package_versions(), "group_size_8da4w": 32},
+        "exporter": {
+            "revision": EXPORTER_REVISION,
+            "versions": package_versions(),
+            "group_size_8da4w": 32,
+        },
         "model_config": cfg.model_dump(mode="json"),
         "total_bytes": sum(int(s["bytes"]) for s in stages_data.values()),
         "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
