@@ -207,7 +207,7 @@ def test_graph_comes_up_chunks_flow_and_the_controller_runs_at_its_rate(ros_grap
     t0 = time.monotonic()
     time.sleep(1.0)
     t, _ = probe.series(probe.unsafe, t0)
-    assert len(t) >= 50  # received by this (loaded) test process; the rate is checked below
+    assert len(t) >= 10  # commands flow (this test process may be starved; rate checked below)
     status = wait_for(lambda: probe.status("vla_edge/controller").get("accepted"), 3.0)
     assert status
     ctrl = probe.status("vla_edge/controller")
@@ -221,7 +221,7 @@ def test_safety_node_passes_commands_through(ros_graph):
     time.sleep(1.0)
     t_safe, safe = probe.series(probe.safe, t0)
     t_cmd, cmd = probe.series(probe.unsafe, t0 - 0.2)
-    assert len(t_safe) >= 50  # received by this (loaded) test process
+    assert len(t_safe) >= 10  # received by this (possibly starved) test process
     assert np.ptp(cmd, axis=0).max() > 1e-3, "the arm should be moving"
     # each safe command follows the latest unsafe one it could have seen
     idx = np.searchsorted(t_cmd, t_safe) - 1
@@ -262,26 +262,35 @@ def test_bad_input_is_counted_never_crashes_and_never_moves_the_arm(ros_graph):
     wrong_encoding.encoding = "bgr8"
     wrong_size = array_to_image(np.zeros((48, 64, 3), np.uint8), stamp_s)
     missing = JointState(name=["joint1", "joint2"], position=[0.0, 0.0])
-    for _ in range(3):
+    wanted = {
+        "vla_edge/inference": (
+            "image_encoding",
+            "image_size",
+            "image_layout",
+            "missing_joints",
+            "empty_instruction",
+        ),
+        "vla_edge/controller": ("missing_joints",),
+        "vla_edge/safety": ("missing_joints",),
+    }
+
+    def uncounted():
+        return [
+            f"{node}: {cause}"
+            for node, causes in wanted.items()
+            for cause in causes
+            if _num(probe.status(node), f"bad_input.{cause}") < 1
+        ]
+
+    def publish_bad_stream_until_counted():
         probe.image_pubs["agentview"].publish(wrong_encoding)
         probe.image_pubs["wrist"].publish(wrong_size)
+        probe.image_pubs["wrist"].publish(Image(encoding="rgb8", height=64, width=64, step=192))
         probe.joint_pub.publish(missing)
         probe.instruction_pub.publish(String(data="   "))
-        probe.image_pubs["wrist"].publish(Image())
-        time.sleep(0.1)
+        return not uncounted()
 
-    def counted():
-        inf = probe.status("vla_edge/inference")
-        return (
-            _num(inf, "bad_input.image_encoding") >= 1
-            and _num(inf, "bad_input.image_size") >= 1
-            and _num(inf, "bad_input.missing_joints") >= 1
-            and _num(inf, "bad_input.empty_instruction") >= 1
-            and _num(probe.status("vla_edge/controller"), "bad_input.missing_joints") >= 1
-            and _num(probe.status("vla_edge/safety"), "bad_input.missing_joints") >= 1
-        )
-
-    assert wait_for(counted, 5.0), probe.diag
+    assert wait_for(publish_bad_stream_until_counted, 8.0, period_s=0.1), uncounted()
     assert not processes.exited(), _logs(processes)
     t, safe = probe.series(probe.safe, t0)
     assert len(t) > 50 and np.all(np.isfinite(safe))

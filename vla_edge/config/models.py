@@ -144,6 +144,9 @@ class SimConfig(_Strict):
     physics_hz: float = Field(500.0, ge=500.0, le=10000.0)
     publish_rate_hz: float = Field(10.0, gt=0.0, le=1000.0)
     joint_state_rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
+    # SCHED_FIFO priority of the sim node's stepping loop (it stands in for the robot's
+    # hardware loop; 0 = default scheduler); refused without the privilege.
+    realtime_priority: int = Field(45, ge=0, le=99)
 
 
 class FaultsConfig(_Strict):

@@ -46,7 +46,7 @@ from vla_edge.nodes.conversions import (
     status_to_diagnostic,
     trajectory_to_chunk,
 )
-from vla_edge.nodes.fixed_rate import FixedRateLoop
+from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
 from vla_edge.nodes.params import config_from_parameters
 
@@ -84,6 +84,8 @@ class ControllerNode(Node):
         self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(JointTrajectory, graph.TOPIC_ACTION_CHUNK, self._on_chunk, qos)
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        # callbacks and DDS threads one step below the loop, so input is never starved
+        self.process_scheduler = try_realtime_process(max(0, self.config.realtime_priority - 1))
         self.loop = FixedRateLoop(
             self.config.rate_hz,
             self._on_tick,
@@ -208,6 +210,7 @@ class ControllerNode(Node):
             "watchdog_expired": ",".join(expired),
             "buffer_underruns": self.underruns,
             "loop_scheduler": self.loop.scheduler,
+            "process_scheduler": self.process_scheduler,
             "loop_missed_deadlines": self.loop.missed_deadlines,
             "loop_errors": self.loop_errors,
             **self.jitter.jitter_ms.summary("period_jitter_ms"),

@@ -34,6 +34,38 @@ def try_realtime_priority(priority: int) -> str:
     return f"SCHED_FIFO {priority}"
 
 
+def try_realtime_process(priority: int) -> str:
+    """Put every thread of this process (executor, DDS, …) under ``SCHED_FIFO``.
+
+    A node's loop is only as punctual as the threads that deliver its input:
+    on a loaded machine the DDS receive and executor threads of a normal
+    process starve for whole scheduler slices. Threads created later inherit
+    the policy. The kernel's RT throttling (``sched_rt_runtime_us``) still
+    leaves the rest of the machine its share.
+
+    Returns:
+        ``"SCHED_FIFO <priority> (<n> threads)"`` or why not.
+    """
+    if priority <= 0:
+        return "default scheduler (priority 0 requested)"
+    if not hasattr(os, "sched_setscheduler"):
+        return "default scheduler (no sched_setscheduler on this OS)"
+    try:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError as exc:
+        return f"default scheduler (cannot list threads: {exc})"
+    done = 0
+    for tid in tids:
+        try:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+            done += 1
+        except ProcessLookupError:
+            continue  # the thread has exited meanwhile
+        except (OSError, PermissionError) as exc:
+            return f"default scheduler (SCHED_FIFO refused: {exc})"
+    return f"SCHED_FIFO {priority} ({done} threads)"
+
+
 class FixedRateLoop:
     """Calls ``tick()`` every ``1 / rate_hz`` seconds on a dedicated thread.
 

@@ -92,6 +92,8 @@ class SafetyNode(Node):
         self.scheduler = "not started"
         self.missed_deadlines = 0
         self.loop_errors = 0
+        # callbacks and DDS threads one step below the loop, so input is never starved
+        self.process_scheduler = _try_realtime_process(max(0, self.config.realtime_priority - 1))
         self._stop = threading.Event()
         self._loop = threading.Thread(target=self._run_loop, name="safety_loop", daemon=True)
         self._loop.start()
@@ -245,6 +247,7 @@ class SafetyNode(Node):
             "published": self.published,
             "rate_hz": self.config.rate_hz,
             "loop_scheduler": self.scheduler,
+            "process_scheduler": self.process_scheduler,
             "loop_missed_deadlines": self.missed_deadlines,
             "loop_errors": self.loop_errors,
         }
@@ -276,6 +279,22 @@ def _try_realtime_priority(priority: int) -> str:
     except OSError as exc:
         return f"default scheduler (SCHED_FIFO refused: {exc})"
     return f"SCHED_FIFO {priority}"
+
+
+def _try_realtime_process(priority: int) -> str:
+    """``SCHED_FIFO`` for every thread of this process (executor, DDS); says what happened."""
+    if priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return "default scheduler"
+    done = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setscheduler(int(tid), os.SCHED_FIFO, os.sched_param(priority))
+            done += 1
+        except ProcessLookupError:
+            continue
+        except OSError as exc:
+            return f"default scheduler (SCHED_FIFO refused: {exc})"
+    return f"SCHED_FIFO {priority} ({done} threads)"
 
 
 def _text(value: object) -> str:

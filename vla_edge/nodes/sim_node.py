@@ -1,7 +1,8 @@
 """Sim node: the MuJoCo tabletop stepped in real time, as a robot with cameras.
 
-* steps the physics at the control rate (100 Hz, 5 substeps of 2 ms), catching
-  up on late timer callbacks so simulated time follows the wall clock;
+* steps the physics at the control rate (100 Hz, 5 substeps of 2 ms) on its
+  own loop thread (``SCHED_FIFO`` where allowed, like a robot's hardware loop),
+  catching up on late ticks so simulated time follows the wall clock;
 * publishes ``/camera/<name>/image_raw`` (rgb8) per camera at
   ``publish_rate_hz``, ``/joint_states`` at ``joint_state_rate_hz``, the
   privileged ``/sim/state`` with each camera frame (for the scripted expert),
@@ -19,6 +20,7 @@ All stamps are the node clock's time at which the state was observed.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -41,6 +43,7 @@ from vla_edge.nodes.conversions import (
     positions_to_joint_state,
     status_to_diagnostic,
 )
+from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
 from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import config_from_parameters
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
@@ -49,6 +52,16 @@ DIAGNOSTIC_NAME = "vla_edge/sim"
 DIAGNOSTICS_PERIOD_S = 1.0
 # At most this many control periods are simulated in one callback to catch up.
 MAX_CATCH_UP_STEPS = 10
+RESET_TIMEOUT_S = 5.0
+
+
+class _ResetRequest:
+    """A reset asked of the loop thread, and its outcome."""
+
+    def __init__(self, keep_arm: bool) -> None:
+        self.keep_arm = keep_arm
+        self.done = threading.Event()
+        self.error: str | None = None
 
 
 class SimNode(Node):
@@ -104,12 +117,29 @@ class SimNode(Node):
             if not self.has_parameter(name):
                 self.declare_parameter(name, default)
 
-        self._reset_scene(keep_arm=False)
+        # The stepping loop (the robot's hardware loop) runs on its own thread;
+        # ``self.lock`` serialises it with the callbacks that touch the env.
+        self.lock = threading.Lock()
+        self.loop_errors = 0
+        # The renderer's GL context belongs to the thread that made it: every env call
+        # that may render (reset included) runs on the loop thread.
+        self._reset_request: _ResetRequest | None = _ResetRequest(keep_arm=False)
+        self.episode_ready = self._reset_request.done
+        self._close_requested = threading.Event()
+        self._closed = threading.Event()
         self._t0_wall_s = time.monotonic()
         self._next_joint_state_s = 0.0
         self._next_frame_s = 0.0
-        self.create_timer(self.control_dt_s, self._on_tick)
         self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        self.process_scheduler = try_realtime_process(max(0, self.config.realtime_priority - 1))
+        self.loop = FixedRateLoop(
+            1.0 / self.control_dt_s,
+            self._on_tick,
+            self._on_loop_error,
+            realtime_priority=self.config.realtime_priority,
+            name="sim_loop",
+        )
+        self.loop.start()
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -147,16 +177,34 @@ class SimNode(Node):
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         del request
-        try:
-            self._reset_scene(keep_arm=True)
-        except VlaEdgeError as exc:
-            self.bad_input.record("reset_parameters", f"{type(exc).__name__}: {exc}")
+        reset = _ResetRequest(keep_arm=True)
+        with self.lock:
+            self._reset_request = reset
+        if not reset.done.wait(RESET_TIMEOUT_S):
             response.success = False
-            response.message = f"{type(exc).__name__}: {exc}"
+            response.message = f"the sim loop did not reset within {RESET_TIMEOUT_S} s"
+            return response
+        if reset.error is not None:
+            self.bad_input.record("reset_parameters", reset.error)
+            response.success = False
+            response.message = reset.error
             return response
         response.success = True
         response.message = f"episode {self.episode}: {self.env.instruction}"
         return response
+
+    def _serve_reset_locked(self) -> None:
+        """Perform a pending reset (on the loop thread)."""
+        reset, self._reset_request = self._reset_request, None
+        if reset is None:
+            return
+        try:
+            self._reset_scene(keep_arm=reset.keep_arm)
+        except VlaEdgeError as exc:
+            reset.error = f"{type(exc).__name__}: {exc}"
+        # no catch-up burst for the time the reset took
+        self._t0_wall_s = time.monotonic() - self.steps * self.control_dt_s
+        reset.done.set()
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -169,12 +217,34 @@ class SimNode(Node):
         if not np.all(np.isfinite(targets)):
             self.bad_input.record("command_non_finite", f"targets = {targets.tolist()}")
             return
-        self.targets = targets
-        self.commands += 1
+        with self.lock:
+            self.targets = targets
+            self.commands += 1
 
     # --- real-time stepping ---------------------------------------------------------------
 
+    def _on_loop_error(self, exc: BaseException) -> None:
+        if not self.context.ok():
+            return  # publishing raced with shutdown
+        self.loop_errors += 1
+        if self.loop_errors == 1:
+            self.get_logger().error(f"sim loop error: {exc!r} (logged once; counted)")
+
     def _on_tick(self) -> None:
+        """Advance the physics to the wall clock (on the loop thread)."""
+        if self._close_requested.is_set():
+            if not self._closed.is_set():
+                with self.lock:
+                    self.env.close()
+                self._closed.set()
+            return
+        if not self.context.ok():
+            return
+        with self.lock:
+            self._serve_reset_locked()
+            self._step_to_wall_clock()
+
+    def _step_to_wall_clock(self) -> None:
         due = int((time.monotonic() - self._t0_wall_s) / self.control_dt_s) - self.steps
         if due <= 0:
             return
@@ -223,7 +293,14 @@ class SimNode(Node):
 
     def _publish_diagnostics(self) -> None:
         now_s = self._now_s()
-        status = {
+        with self.lock:
+            status = self._status()
+        self.diag_pub.publish(
+            diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, status)], now_s)
+        )
+
+    def _status(self) -> dict[str, object]:
+        return {
             "level": "OK",
             "message": f"episode {self.episode}: {self.env.task.name}",
             "task": self.env.task.name,
@@ -233,15 +310,18 @@ class SimNode(Node):
             "commands_received": self.commands,
             "success": int(self.success),
             "penetrating_contacts": self.env.penetrating_contacts(),
+            "loop_scheduler": self.loop.scheduler,
+            "process_scheduler": self.process_scheduler,
+            "loop_missed_deadlines": self.loop.missed_deadlines,
+            "loop_errors": self.loop_errors,
             **self.bad_input.as_values(),
         }
-        self.diag_pub.publish(
-            diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, status)], now_s)
-        )
 
     def close(self) -> None:
-        """Release the renderer."""
-        self.env.close()
+        """Release the renderer (on the loop thread that owns its context), stop the loop."""
+        self._close_requested.set()
+        self._closed.wait(RESET_TIMEOUT_S)
+        self.loop.stop()
 
 
 def main(args: list[str] | None = None) -> int:
