@@ -2,7 +2,7 @@
 
 import time
 
-from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_priority
+from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_priority, try_realtime_process
 
 
 def test_loop_ticks_at_its_rate_without_drift():
@@ -35,3 +35,7 @@ def test_an_exception_in_a_tick_is_reported_and_the_loop_goes_on():
 
 def test_priority_zero_keeps_the_default_scheduler():
     assert try_realtime_priority(0).startswith("default scheduler")
+
+
+def test_process_priority_zero_keeps_the_default_scheduler():
+    assert try_realtime_process(0).startswith("default scheduler")
