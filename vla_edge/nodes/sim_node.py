@@ -124,7 +124,6 @@ class SimNode(Node):
         # The renderer's GL context belongs to the thread that made it: every env call
         # that may render (reset included) runs on the loop thread.
         self._reset_request: _ResetRequest | None = _ResetRequest(keep_arm=False)
-        self.episode_ready = self._reset_request.done
         self._close_requested = threading.Event()
         self._closed = threading.Event()
         self._t0_wall_s = time.monotonic()
