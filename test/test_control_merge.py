@@ -80,6 +80,8 @@ def test_replace_splice_starts_at_the_current_state_and_joins_the_new_chunk() ->
     np.testing.assert_allclose(position_after, position_before, atol=1e-12)
     np.testing.assert_allclose(velocity_after, velocity_before, atol=1e-12)
     # After the bridge the command is the new chunk exactly.
+    for k in range(31, 60):
+        controller.step(k * PERIOD_S)
     command = controller.step(0.6).positions
     assert command[0] == pytest.approx(0.05 + 0.3 * 0.6, abs=1e-12)
 

@@ -16,7 +16,7 @@ def test_heartbeat_exactly_at_timeout_is_alive_and_one_ms_later_expired() -> Non
 
 
 def test_standard_heartbeats_map_to_the_design_categories() -> None:
-    config = ControllerConfig()
+    config = ControllerConfig(observation_timeout_s=0.55)
     watchdog = Watchdog.from_controller_config(config, start_s=0.0)
     assert watchdog.names == ["observation", "joint_state", "chunk", "control_loop"]
     for name in watchdog.names:

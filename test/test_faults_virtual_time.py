@@ -18,26 +18,7 @@ pytest.importorskip("mujoco")
 
 SCENARIOS = load_suite("default")
 
-# Scenarios whose expected response (the design) the graph does not give yet;
-# strict, so they turn into failures as soon as the cause is fixed.
-KNOWN_GAPS = {
-    "inference_slowdown_x3": (
-        "controller node beats its observation heartbeat with the accepted chunk's t_obs: "
-        "with 0.3 s inference the newest observation ages past observation_timeout_s = 0.5 s "
-        "between chunks, so a category-1 stop is declared while the arm keeps moving"
-    ),
-    "clock_jump_backward": (
-        "no clock-jump handler in the controller: after a 2 s backward step the buffered "
-        "plan lies in the future, the controller samples its first step (the arm moves back) "
-        "and pauses for 2 s without declaring any stop"
-    ),
-}
-PARAMS = [
-    pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[s.name]))
-    if s.name in KNOWN_GAPS
-    else s
-    for s in SCENARIOS
-]
+PARAMS = list(SCENARIOS)
 
 
 @pytest.fixture(scope="module")

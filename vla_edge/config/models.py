@@ -37,16 +37,19 @@ class ControllerConfig(_Strict):
     infer_trigger: Literal["continuous", "threshold"] = "threshold"
     threshold_fraction: float = Field(0.5, gt=0.0, le=1.0)
     expected_inference_delay_s: float = Field(0.1, ge=0.0, le=5.0)
-    observation_timeout_s: float = Field(0.5, gt=0.0, le=30.0)
+    observation_timeout_s: float = Field(1.0, gt=0.0, le=30.0)
     joint_state_timeout_s: float = Field(0.1, gt=0.0, le=30.0)
     chunk_timeout_s: float = Field(1.0, gt=0.0, le=60.0)
     control_loop_timeout_s: float = Field(0.05, gt=0.0, le=10.0)
+    clock_jump_threshold_s: float = Field(0.25, gt=0.0, le=10.0)
+    position_min: list[float] = Field(default_factory=list)
+    position_max: list[float] = Field(default_factory=list)
     # SCHED_FIFO priority of the controller node's loop thread (0 = default scheduler);
     # refused without the privilege, then the loop runs under the default scheduler.
     realtime_priority: int = Field(50, ge=0, le=99)
 
     @model_validator(mode="after")
-    def _check_cross_fields(self) -> "ControllerConfig":
+    def _check_cross_fields(self) -> ControllerConfig:
         if len(set(self.joint_names)) != len(self.joint_names):
             raise ValueError(f"joint_names must be unique, got {self.joint_names}")
         period_s = 1.0 / self.rate_hz
@@ -55,6 +58,31 @@ class ControllerConfig(_Strict):
                 f"dt_action_s={self.dt_action_s} must be >= the control period "
                 f"1/rate_hz={period_s:.6f}"
             )
+        if self.observation_timeout_s <= self.max_chunk_age_s:
+            raise ValueError(
+                f"observation_timeout_s={self.observation_timeout_s} must exceed "
+                f"max_chunk_age_s={self.max_chunk_age_s}: the observation heartbeat is the "
+                "stamp of the newest accepted chunk, which may be that old on arrival"
+            )
+        if self.clock_jump_threshold_s <= period_s:
+            raise ValueError(
+                f"clock_jump_threshold_s={self.clock_jump_threshold_s} must exceed the control "
+                f"period 1/rate_hz={period_s:.6f}"
+            )
+        n = len(self.joint_names)
+        if self.position_min or self.position_max:
+            for name in ("position_min", "position_max"):
+                values = getattr(self, name)
+                if len(values) != n:
+                    raise ValueError(
+                        f"{name} has {len(values)} entries, expected {n} (one per joint) or none"
+                    )
+            limits = zip(self.joint_names, self.position_min, self.position_max, strict=True)
+            for joint, lo, hi in limits:
+                if not hi > lo:
+                    raise ValueError(
+                        f"joint {joint}: position_max = {hi} must exceed position_min = {lo}"
+                    )
         if self.control_loop_timeout_s < period_s:
             raise ValueError(
                 f"control_loop_timeout_s={self.control_loop_timeout_s} must be >= the control "
@@ -85,7 +113,7 @@ class SafetyConfig(_Strict):
     realtime_priority: int = Field(50, ge=0, le=99)
 
     @model_validator(mode="after")
-    def _check_per_joint(self) -> "SafetyConfig":
+    def _check_per_joint(self) -> SafetyConfig:
         n = len(self.joint_names)
         if len(set(self.joint_names)) != n:
             raise ValueError(f"joint_names must be unique, got {self.joint_names}")

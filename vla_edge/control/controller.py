@@ -24,6 +24,7 @@ from vla_edge.core.errors import (
     JointMismatchError,
     NonFiniteChunkError,
     NonMonotonicChunkError,
+    OutOfLimitsChunkError,
     OutOfOrderChunkError,
     StaleChunkError,
 )
@@ -39,6 +40,7 @@ _REJECTION_REASONS = tuple(
         StaleChunkError,
         FutureChunkError,
         OutOfOrderChunkError,
+        OutOfLimitsChunkError,
     )
 )
 
@@ -71,6 +73,15 @@ class Controller:
         self._last_command = initial.copy()
         self._last_chunk_age_s = float("nan")
         self._tracking_error = 0.0
+        self._position_min = (
+            np.asarray(config.position_min, dtype=np.float64) if config.position_min else None
+        )
+        self._position_max = (
+            np.asarray(config.position_max, dtype=np.float64) if config.position_max else None
+        )
+        self._last_step_s: float | None = None
+        self._last_velocity = np.zeros(n)
+        self.clock_jumped = False
         self.counters: dict[str, int] = {
             "accepted": 0,
             "rejected": 0,
@@ -78,6 +89,7 @@ class Controller:
             "dropped_past_steps": 0,
             "steps": 0,
             "hold_entries": 0,
+            "clock_jumps": 0,
         }
 
     # --- chunks ---------------------------------------------------------------------------
@@ -97,6 +109,8 @@ class Controller:
                 self.config.max_chunk_age_s,
                 self.config.max_future_s,
                 self._last_t_obs_s,
+                self._position_min,
+                self._position_max,
             )
             times_s, positions, n_dropped = drop_past_steps(times_s, positions, now_s)
         except ChunkRejectedError as exc:
@@ -130,10 +144,35 @@ class Controller:
             self._hold_p0, self._hold_v0, self.config.hold_ramp_s, t_s - self._hold_start_s
         )
 
+    def _detect_clock_jump(self, now_s: float) -> bool:
+        """A step of the clock backwards, or forwards by more than ``clock_jump_threshold_s``.
+
+        The buffer is indexed by time, so after a jump it means nothing: drop it
+        and hold at the last command (category-2 hold until a fresh chunk on the
+        new clock; the order check restarts too).
+        """
+        last_s, self._last_step_s = self._last_step_s, now_s
+        if last_s is None:
+            return False
+        step_s = now_s - last_s
+        if 0.0 <= step_s <= self.config.clock_jump_threshold_s:
+            return False
+        self.counters["clock_jumps"] += 1
+        self.buffer.clear()
+        # ramp the last commanded velocity to zero from here: no position or velocity jump
+        self._hold_p0 = self._last_command.copy()
+        self._hold_v0 = self._last_velocity.copy()
+        self._hold_start_s = now_s
+        self.counters["hold_entries"] += 1
+        self._last_t_obs_s = None
+        return True
+
     def step(self, now_s: float, measured_positions: np.ndarray | None = None) -> JointCommand:
         """The joint command for the tick at ``now_s``."""
+        self.clock_jumped = self._detect_clock_jump(now_s)
         self.buffer.drop_past(now_s)
-        position, _ = self._planned_state(now_s)
+        position, velocity = self._planned_state(now_s)
+        self._last_velocity = np.asarray(velocity, dtype=np.float64)
         if not self.buffer.is_empty and now_s > self.buffer.end_s:
             self.buffer.clear()
         self.counters["steps"] += 1

@@ -18,6 +18,7 @@ from vla_edge.core.errors import (
     JointMismatchError,
     NonFiniteChunkError,
     NonMonotonicChunkError,
+    OutOfLimitsChunkError,
     OutOfOrderChunkError,
     StaleChunkError,
 )
@@ -31,19 +32,23 @@ def validate_chunk(
     max_chunk_age_s: float,
     max_future_s: float,
     last_t_obs_s: float | None = None,
+    position_min: np.ndarray | None = None,
+    position_max: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Check ``chunk`` on arrival and return its absolute step times and positions.
 
     Checks run in this order: empty, joint names / dimension, non-finite,
-    non-monotonic step times, stamp in the future, age, order.
+    position limits (when given), non-monotonic step times, stamp in the
+    future, age, order.
 
     Returns:
         ``(times_s [H], positions [H, A])`` as float64 copies.
 
     Raises:
         EmptyChunkError, JointMismatchError, NonFiniteChunkError,
-        NonMonotonicChunkError, FutureChunkError, StaleChunkError,
-        OutOfOrderChunkError: each message names the field, value and bound.
+        OutOfLimitsChunkError, NonMonotonicChunkError, FutureChunkError,
+        StaleChunkError, OutOfOrderChunkError: each message names the field,
+        value and bound.
     """
     positions = np.asarray(chunk.positions)
     if positions.ndim == 0 or positions.shape[0] == 0 or positions.size == 0:
@@ -63,6 +68,14 @@ def validate_chunk(
         raise NonFiniteChunkError(
             f"positions[{bad[0]}, {bad[1]}] = {positions[bad[0], bad[1]]}: must be finite"
         )
+    if position_min is not None and position_max is not None:
+        outside = (positions < position_min) | (positions > position_max)
+        if np.any(outside):
+            step, joint = (int(v) for v in np.argwhere(outside)[0])
+            raise OutOfLimitsChunkError(
+                f"positions[{step}, {joint}] ({expected[joint]}) = {positions[step, joint]:.6f} "
+                f"outside [{position_min[joint]}, {position_max[joint]}] (bound: position limits)"
+            )
     t_obs_s = float(chunk.t_obs_s)
     if not math.isfinite(t_obs_s):
         raise NonFiniteChunkError(f"t_obs_s = {t_obs_s}: must be finite")

@@ -59,6 +59,16 @@ class Watchdog:
             raise WatchdogError(f"heartbeat {name!r} unknown (expected one of {self.names})")
         self._last_s[name] = now_s
 
+    def restart(self, now_s: float) -> None:
+        """Re-base every heartbeat at ``now_s`` after a clock jump.
+
+        Beats stamped on the old clock would otherwise look far in the future
+        (never expiring) or far in the past (expiring at once); each source
+        gets one timeout on the new clock to beat again.
+        """
+        for name in self._heartbeats:
+            self._last_s[name] = now_s
+
     def age_s(self, name: str, now_s: float) -> float:
         """Seconds since the last beat of ``name`` (``inf`` if it never beat)."""
         if name not in self._heartbeats:

@@ -100,6 +100,12 @@ class OutOfOrderChunkError(ChunkRejectedError):
     reason = "out_of_order"
 
 
+class OutOfLimitsChunkError(ChunkRejectedError):
+    """A step of the chunk lies outside a joint's position limits."""
+
+    reason = "out_of_limits"
+
+
 class CommandJointMismatchError(InvalidCommandError):
     """A joint command's names or dimension differ from the safety layer's joints."""
 

@@ -161,8 +161,11 @@ class _ControllerProcess:
 
     def tick(self, now_s: float, measured: np.ndarray | None) -> JointCommand:
         """The command published this tick."""
+        command = self.core.step(now_s, measured_positions=measured)
+        if self.core.clock_jumped:
+            self.watchdog.restart(now_s)
         self.watchdog.beat("control_loop", now_s)
-        return self.core.step(now_s, measured_positions=measured)
+        return command
 
     def severity(self, now_s: float) -> int:
         """Watchdog category, at least CAT2 while the buffer is empty (holding)."""
