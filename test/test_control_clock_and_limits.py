@@ -107,3 +107,28 @@ def test_shipped_controller_limits_equal_the_safety_limits():
     assert controller.joint_names == safety.joint_names
     assert controller.position_min == safety.position_min
     assert controller.position_max == safety.position_max
+
+
+def test_stop_ramps_to_a_hold_from_the_current_motion_without_a_jump():
+    controller = Controller(_config(hold_ramp_s=0.2), np.zeros(2))
+    controller.submit(_ramp_chunk(0.0, 0.0, 0.05), 0.0)  # 0.5 rad/s
+    commands = [controller.step(k * 0.01).positions[0] for k in range(20)]
+    controller.stop(0.2)
+    assert controller.holding
+    assert controller.counters["stops"] == 1
+    commands += [controller.step(0.2 + k * 0.01).positions[0] for k in range(40)]
+    velocity = np.diff(commands) / 0.01
+    # linear velocity ramp: 0.5 rad/s to 0 over 0.2 s is 0.025 rad/s per 10 ms tick
+    assert np.max(np.abs(np.diff(velocity))) < 0.03
+    assert velocity[-1] == pytest.approx(0.0, abs=1e-9)
+    assert commands[-1] < 0.05 * 2.0 + 0.5 * 0.2  # stopped within the ramp distance
+    controller.stop(0.7)  # already holding: no second stop
+    assert controller.counters["stops"] == 1
+
+
+def test_command_is_clamped_inside_the_position_limits():
+    controller = Controller(_config(hold_ramp_s=1.0), np.array([0.9, 0.0]))
+    controller.submit(_ramp_chunk(0.0, 0.9, 0.0111), 0.0)  # ends at 0.9999, moving up
+    commands = [controller.step(k * 0.01).positions[0] for k in range(200)]
+    assert max(commands) <= 1.0
+    assert controller.counters["limit_clamps"] > 0

@@ -90,6 +90,8 @@ class Controller:
             "steps": 0,
             "hold_entries": 0,
             "clock_jumps": 0,
+            "stops": 0,
+            "limit_clamps": 0,
         }
 
     # --- chunks ---------------------------------------------------------------------------
@@ -167,11 +169,37 @@ class Controller:
         self._last_t_obs_s = None
         return True
 
+    def stop(self, now_s: float) -> None:
+        """Controlled stop (category 1): drop the plan, ramp the velocity to zero from here.
+
+        Fresh chunks resume motion; the caller decides when to accept them.
+        """
+        if self.buffer.is_empty and self._hold_start_s != float("-inf"):
+            return  # already holding
+        position, velocity = self._planned_state(now_s)
+        self.buffer.clear()
+        self._hold_p0 = np.asarray(position, dtype=np.float64).copy()
+        self._hold_v0 = np.asarray(velocity, dtype=np.float64).copy()
+        self._hold_start_s = now_s
+        self.counters["stops"] += 1
+        self.counters["hold_entries"] += 1
+
     def step(self, now_s: float, measured_positions: np.ndarray | None = None) -> JointCommand:
-        """The joint command for the tick at ``now_s``."""
+        """The joint command for the tick at ``now_s``.
+
+        With ``position_min``/``position_max`` configured the command is kept
+        inside them (a hold ramp or cubic interpolation near a limit may
+        overshoot the last target by a little).
+        """
         self.clock_jumped = self._detect_clock_jump(now_s)
         self.buffer.drop_past(now_s)
         position, velocity = self._planned_state(now_s)
+        if self._position_min is not None and self._position_max is not None:
+            clamped = np.clip(position, self._position_min, self._position_max)
+            if np.any(clamped != position):
+                self.counters["limit_clamps"] += 1
+                velocity = np.where(clamped != position, 0.0, velocity)
+                position = clamped
         self._last_velocity = np.asarray(velocity, dtype=np.float64)
         if not self.buffer.is_empty and now_s > self.buffer.end_s:
             self.buffer.clear()

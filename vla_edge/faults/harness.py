@@ -161,6 +161,8 @@ class _ControllerProcess:
 
     def tick(self, now_s: float, measured: np.ndarray | None) -> JointCommand:
         """The command published this tick."""
+        if self.watchdog.check(now_s).severity >= StopCategory.CAT1.severity:
+            self.core.stop(now_s)  # category 1: controlled stop, then hold
         command = self.core.step(now_s, measured_positions=measured)
         if self.core.clock_jumped:
             self.watchdog.restart(now_s)

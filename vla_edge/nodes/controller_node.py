@@ -158,7 +158,11 @@ class ControllerNode(Node):
             controller = self.controller
             if controller is None:
                 return
+            if self.watchdog.check(now_s).severity >= StopCategory.CAT1.severity:
+                controller.stop(now_s)  # category 1: controlled stop, then hold
             command = controller.step(now_s, measured_positions=self.measured)
+            if controller.clock_jumped:
+                self.watchdog.restart(now_s)
             holding = controller.holding
             if holding and not self._was_holding and self._accepted_once:
                 self.underruns += 1
