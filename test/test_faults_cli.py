@@ -7,6 +7,7 @@ import json
 import pytest
 
 from vla_edge.cli import main
+from vla_edge.config.paths import config_path
 
 pytest.importorskip("mujoco")
 
@@ -52,14 +53,32 @@ def test_faults_run_writes_the_documented_json_and_one_png_per_scenario(tmp_path
 
 
 def test_faults_run_exits_nonzero_when_a_scenario_fails(tmp_path):
+    # joint-state loss ends in category 1; a scenario that expects category 0 must fail
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    text = (config_path("faults/joint_state_loss.yaml")).read_text()
+    assert "stop_category: cat1" in text
+    (scenarios / "joint_state_loss.yaml").write_text(
+        text.replace("stop_category: cat1", "stop_category: cat0")
+    )
     out = tmp_path / "faults.json"
     code = main(
-        ["faults", "run", "--scenarios", "clock_jump_backward", "--json", str(out), "--quiet"]
+        [
+            "faults",
+            "run",
+            "--scenario-dir",
+            str(scenarios),
+            "--scenarios",
+            "joint_state_loss",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
     )
     result = json.loads(out.read_text())
     assert code == 1
     assert result["failed"] == 1
-    assert result["scenarios"]["clock_jump_backward"]["failures"]
+    assert result["scenarios"]["joint_state_loss"]["failures"]
 
 
 def test_unknown_scenario_is_a_named_error(tmp_path):

@@ -1,11 +1,13 @@
 """``vla-edge launch`` and ``vla-edge demo`` as a user runs them: real processes, real DDS."""
 
+import dataclasses
 import json
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from ros_test_domain import DomainLease
 
@@ -194,9 +196,17 @@ def test_launch_sim_runs_a_learned_policy_through_the_torch_runner(tmp_path, ros
 
     torch.manual_seed(0)
     checkpoint = tmp_path / "tiny64.pt"
-    save_checkpoint(
-        checkpoint, VlaPolicy(tiny_config(image_height=64, image_width=64, flow_steps=2))
+    policy = VlaPolicy(tiny_config(image_height=64, image_width=64, flow_steps=2))
+    # untrained outputs are noise: clip them inside the joint limits (as trained
+    # checkpoints do with their demonstrated range) so the controller accepts them
+    policy.set_stats(
+        dataclasses.replace(
+            policy.stats,
+            action_low=np.array([-1.0] * 6 + [0.005]),
+            action_high=np.array([1.0] * 6 + [0.035]),
+        )
     )
+    save_checkpoint(checkpoint, policy)
     out = tmp_path / "run.json"
     result = subprocess.run(
         [
