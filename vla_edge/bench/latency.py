@@ -370,6 +370,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     sizes: dict[str, Any] = {}
     language_from: dict[str, Path] = {}
+    failures: list[dict[str, Any]] = []
     for model in models:
         trained = model["label"] == "native"
         exports: dict[str, Path] = {}
@@ -393,7 +394,21 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         for backend, quant, path in variants:
             for threads in thread_counts:
                 print(f"{model['label']}: {backend} {quant} threads={threads} ...", flush=True)
-                measured = run_worker(path, threads, args)
+                try:
+                    measured = run_worker(path, threads, args)
+                except (VlaEdgeError, subprocess.TimeoutExpired) as exc:
+                    # one failed or hung configuration must not lose the others
+                    print(f"  failed: {exc}", flush=True)
+                    failures.append(
+                        {
+                            "model": model["label"],
+                            "backend": backend,
+                            "quant": quant,
+                            "threads": threads,
+                            "error": str(exc)[-500:],
+                        }
+                    )
+                    continue
                 entry = {
                     "backend": backend,
                     "quant": quant,
@@ -418,6 +433,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     summary = summarize([r for r in results if r["backend"] != "remote"], sizes)
     return {
         "results": results,
+        "failures": failures,
         "artifact_bytes": sizes,
         "machine": machine,
         "summary": summary,
