@@ -115,8 +115,8 @@ def decode_chunk(
 def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
     """Raise :class:`InvalidObservationError` naming the field, value and bound.
 
-    The same checks, in the same order and with the same messages, as
-    ``vla_edge.runners.torch_runner.validate_observation`` (which imports torch).
+    Shared by every backend (numpy only, so the ONNX / ExecuTorch runners stay
+    free of torch).
     """
     if not isinstance(obs.images, dict):
         raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")

@@ -18,37 +18,7 @@ from vla_edge.core.errors import InvalidObservationError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.policy.model import VlaPolicy, load_checkpoint
 from vla_edge.runners.base import RunnerSpec
-
-
-def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
-    """Raise :class:`InvalidObservationError` naming the field, value and bound."""
-    if not isinstance(obs.images, dict):
-        raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")
-    got, want = sorted(obs.images), sorted(spec.cameras)
-    if got != want:
-        raise InvalidObservationError(
-            f"images has cameras {got} ({len(got)}), expected {want} ({len(want)})"
-        )
-    shape = (spec.image_height, spec.image_width, 3)
-    for cam in spec.cameras:
-        img = obs.images[cam]
-        if not isinstance(img, np.ndarray):
-            raise InvalidObservationError(
-                f"images[{cam!r}] must be a numpy array, got {type(img).__name__}"
-            )
-        if img.dtype != np.uint8:
-            raise InvalidObservationError(f"images[{cam!r}] dtype = {img.dtype}, expected uint8")
-        if img.shape != shape:
-            raise InvalidObservationError(
-                f"images[{cam!r}] shape = {img.shape}, expected {shape} (height, width, RGB)"
-            )
-    state = np.asarray(obs.state)
-    if state.shape != (spec.action_dim,):
-        raise InvalidObservationError(f"state shape = {state.shape}, expected ({spec.action_dim},)")
-    if not np.all(np.isfinite(state.astype(np.float64))):
-        raise InvalidObservationError(f"state = {state.tolist()} holds a non-finite value")
-    if not isinstance(obs.instruction, str) or not obs.instruction.strip():
-        raise InvalidObservationError(f"instruction = {obs.instruction!r} is empty")
+from vla_edge.runners.preprocess import decode_chunk, prefix_inputs, validate_observation
 
 
 class TorchRunner:
@@ -120,31 +90,10 @@ class TorchRunner:
     def _prefix(
         self, prefix_actions: np.ndarray | None, prefix_len: int, state: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        h, a = self.spec.chunk_horizon, self.spec.action_dim
-        if not 0 <= int(prefix_len) < h:
-            raise InvalidObservationError(
-                f"prefix_len = {prefix_len}, expected 0 <= prefix_len < {h}"
-            )
-        prefix_len = int(prefix_len)
-        mask = torch.zeros(1, h)
-        actions = torch.zeros(1, h, a)
-        if prefix_len == 0:
-            return actions, mask
-        if prefix_actions is None:
-            raise InvalidObservationError(f"prefix_len = {prefix_len} but prefix_actions is None")
-        arr = np.asarray(prefix_actions, dtype=np.float64)
-        if arr.ndim != 2 or arr.shape[1] != a or arr.shape[0] < prefix_len:
-            raise InvalidObservationError(
-                f"prefix_actions shape = {arr.shape}, expected (>= prefix_len={prefix_len}, {a})"
-            )
-        rows = arr[:prefix_len]
-        if not np.all(np.isfinite(rows)):
-            raise InvalidObservationError("prefix_actions holds a non-finite value")
-        padded = np.zeros((h, a))
-        padded[:prefix_len] = rows
-        actions = torch.from_numpy(self.policy.codec.encode_actions(padded, state)).unsqueeze(0)
-        mask[0, :prefix_len] = 1.0
-        return actions, mask
+        actions, mask = prefix_inputs(
+            self.policy.codec, prefix_actions, prefix_len, state, self.spec.chunk_horizon
+        )
+        return torch.from_numpy(actions), torch.from_numpy(mask)
 
     def infer(
         self,
@@ -174,9 +123,9 @@ class TorchRunner:
         timings["vision_encoder"] = (t1 - t0) * 1e3
         timings["fusion"] = (t2 - t1) * 1e3
         timings["action_head"] = (t3 - t2) * 1e3
-        positions = self.policy.codec.decode_actions(actions_norm[0].numpy(), state)
-        if prefix_len > 0:
-            positions[:prefix_len] = np.asarray(prefix_actions, dtype=np.float64)[:prefix_len]
+        positions = decode_chunk(
+            self.policy.codec, actions_norm[0].numpy(), state, prefix_actions, prefix_len
+        )
         return ActionChunk(
             t_obs_s=float(obs.stamp_s),
             dt_action_s=self.spec.dt_action_s,
