@@ -204,10 +204,11 @@ def test_graph_comes_up_chunks_flow_and_the_controller_runs_at_its_rate(ros_grap
     assert all(points == CONTROLLER.chunk_horizon for _, _, points in chunks)
     # stamped with the observation time: older than the publish, younger than the bound
     assert all(0.0 < age_s <= CONTROLLER.max_chunk_age_s for _, age_s, _ in chunks)
+    # commands flow; this test process may be starved on a loaded machine, so wait for
+    # them rather than count a fixed window (the rate is checked from diagnostics below)
     t0 = time.monotonic()
-    time.sleep(1.0)
-    t, _ = probe.series(probe.unsafe, t0)
-    assert len(t) >= 10  # commands flow (this test process may be starved; rate checked below)
+    flowing = wait_for(lambda: len(probe.series(probe.unsafe, t0)[0]) >= 10, 10.0)
+    assert flowing, _logs(processes)
     status = wait_for(lambda: probe.status("vla_edge/controller").get("accepted"), 3.0)
     assert status
     ctrl = probe.status("vla_edge/controller")
