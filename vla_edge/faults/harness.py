@@ -34,6 +34,7 @@ import numpy as np
 
 from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.control.controller import Controller
+from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
 from vla_edge.core.errors import ChunkRejectedError
 from vla_edge.core.stop import StopCategory
@@ -138,7 +139,7 @@ class _ControllerProcess:
 
     def joint_states_lost(self, now_s: float) -> bool:
         """Whether the ``joint_state`` heartbeat has expired."""
-        return "joint_state" in self.watchdog.expired(now_s)
+        return joint_states_lost(self.watchdog, now_s)
 
     def on_chunk(self, chunk: ActionChunk, now_s: float) -> bool:
         """Submit ``chunk``; True if accepted."""
@@ -146,13 +147,11 @@ class _ControllerProcess:
             self.rejected += 1
             return False
         try:
-            self.core.submit(chunk, now_s)
+            accept_chunk(self.core, self.watchdog, chunk, now_s)
         except ChunkRejectedError:
             self.rejected += 1
             return False
         self.accepted += 1
-        self.watchdog.beat("chunk", now_s)
-        self.watchdog.beat("observation", chunk.t_obs_s)
         return True
 
     def wants_chunk(self, now_s: float) -> bool:
@@ -160,14 +159,9 @@ class _ControllerProcess:
         return self.core.needs_inference(now_s) and not self.joint_states_lost(now_s)
 
     def tick(self, now_s: float, measured: np.ndarray | None) -> JointCommand:
-        """The command published this tick."""
-        if self.watchdog.check(now_s).severity >= StopCategory.CAT1.severity:
-            self.core.stop(now_s)  # category 1: controlled stop, then hold
-        command = self.core.step(now_s, measured_positions=measured)
-        if self.core.clock_jumped:
-            self.watchdog.restart(now_s)
+        """The command published this tick (the node beats ``control_loop`` first)."""
         self.watchdog.beat("control_loop", now_s)
-        return command
+        return supervised_step(self.core, self.watchdog, now_s, measured)
 
     def severity(self, now_s: float) -> int:
         """Watchdog category, at least CAT2 while the buffer is empty (holding)."""

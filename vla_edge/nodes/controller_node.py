@@ -33,6 +33,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from vla_edge.config.models import ControllerConfig
 from vla_edge.control.controller import Controller
+from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
 from vla_edge.core.errors import ChunkRejectedError, InvalidObservationError, VlaEdgeError
 from vla_edge.core.stop import StopCategory
@@ -130,11 +131,11 @@ class ControllerNode(Node):
             if self.controller is None:
                 self.bad_input.record("chunk_before_joint_state", "chunk before any joint state")
                 return
-            if "joint_state" in self.watchdog.expired(now_s):
+            if joint_states_lost(self.watchdog, now_s):
                 self.bad_input.record("chunk_without_joint_state", "joint states lost: refused")
                 return
             try:
-                self.controller.submit(chunk, now_s)
+                accept_chunk(self.controller, self.watchdog, chunk, now_s)
             except ChunkRejectedError as exc:  # counted by the controller core
                 if exc.reason not in self._logged_rejections:
                     self._logged_rejections.add(exc.reason)
@@ -144,8 +145,6 @@ class ControllerNode(Node):
                     )
                 return
             self._accepted_once = True
-            self.watchdog.beat("chunk", now_s)
-            self.watchdog.beat("observation", chunk.t_obs_s)
 
     # --- the control loop -----------------------------------------------------------------
 
@@ -158,19 +157,13 @@ class ControllerNode(Node):
             controller = self.controller
             if controller is None:
                 return
-            if self.watchdog.check(now_s).severity >= StopCategory.CAT1.severity:
-                controller.stop(now_s)  # category 1: controlled stop, then hold
-            command = controller.step(now_s, measured_positions=self.measured)
-            if controller.clock_jumped:
-                self.watchdog.restart(now_s)
+            command = supervised_step(controller, self.watchdog, now_s, self.measured)
             holding = controller.holding
             if holding and not self._was_holding and self._accepted_once:
                 self.underruns += 1
             self._was_holding = holding
             plan = None
-            if controller.needs_inference(now_s) and "joint_state" not in self.watchdog.expired(
-                now_s
-            ):
+            if controller.needs_inference(now_s) and not joint_states_lost(self.watchdog, now_s):
                 plan = self._plan_message(controller, now_s)
         if not self.context.ok():  # shutting down: the publishers are gone
             return
