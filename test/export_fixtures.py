@@ -26,8 +26,8 @@ _CACHE: dict[str, Path] = {}
 
 
 def tiny_export_config():  # noqa: ANN201 - PolicyConfig
-    """Two cameras at 32x32, one layer each, K = 2 flow steps."""
-    return tiny_config(flow_steps=2)
+    """Two cameras at 32x32, one layer each, K = 2 flow steps, 4 keypoints per camera."""
+    return tiny_config(flow_steps=2, vision_keypoints=4)
 
 
 def tiny_checkpoint(root: Path) -> Path:

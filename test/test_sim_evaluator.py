@@ -115,3 +115,29 @@ def test_bad_settings_are_named():
         EvalSettings(delay_s=-1.0)
     with pytest.raises(ConfigError, match="instructions"):
         EvalSettings(instructions="french")
+
+
+def test_eval_in_worker_processes_matches_one_process(tmp_path, capsys):
+    from vla_edge.cli import main as cli_main
+
+    common = ["eval", "--policy", "expert", "--episodes", "1", "--quiet", "--image-size", "32"]
+    common += ["--tasks", "lift_green_block", "push_blue_block_to_target"]
+    assert cli_main([*common, "--json", str(tmp_path / "one.json")]) == 0
+    assert cli_main([*common, "--workers", "2", "--json", str(tmp_path / "two.json")]) == 0
+    capsys.readouterr()
+    import json
+
+    one = json.loads((tmp_path / "one.json").read_text())
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert list(two["tasks"]) == ["lift_green_block", "push_blue_block_to_target"]
+    assert one["tasks"] == two["tasks"]
+    assert one["safety"] == two["safety"]
+    assert one["mean_success"] == two["mean_success"] == 1.0
+    assert two["settings"]["workers"] == 2
+
+
+def test_eval_rejects_zero_workers(capsys):
+    from vla_edge.cli import main as cli_main
+
+    assert cli_main(["eval", "--policy", "expert", "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err

@@ -49,6 +49,8 @@ class PolicyConfig(_Strict):
     mlp_ratio: int = Field(4, ge=1, le=8)
     vision_channels: list[int] = Field(default_factory=lambda: [32, 64, 128], min_length=1)
     vision_downsample: int = Field(16, ge=2, le=64)
+    vision_keypoints: int = Field(0, ge=0, le=256)
+    """Spatial-softmax keypoints per camera (0: grid tokens only); each adds one token."""
     fusion_layers: int = Field(2, ge=1, le=12)
     head_layers: int = Field(3, ge=1, le=12)
 
@@ -87,10 +89,11 @@ class PolicyConfig(_Strict):
 
     @property
     def tokens_per_camera(self) -> int:
-        """``T_v``: visual tokens per camera (one per cell of the downsampled grid)."""
-        return (self.image_height // self.vision_downsample) * (
+        """``T_v``: visual tokens per camera (one per grid cell, plus one per keypoint)."""
+        grid = (self.image_height // self.vision_downsample) * (
             self.image_width // self.vision_downsample
         )
+        return grid + self.vision_keypoints
 
     @property
     def context_tokens(self) -> int:

@@ -39,22 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--video", default=None, help="write one MP4 per episode into this dir")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes, each running whole tasks (results do not depend on the split)",
+    )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the evaluation and print / write the JSON."""
-    from vla_edge.runners.factory import make_runner
-    from vla_edge.sim.env import TabletopEnv
-    from vla_edge.sim.evaluator import EvalSettings, evaluate
-    from vla_edge.sim.tasks import get_task, list_tasks
-
-    if args.suite != "tabletop":
-        print(f"unknown suite {args.suite!r}: expected 'tabletop'", file=sys.stderr)
-        return 2
-    if args.list_tasks:
-        for name in list_tasks():
-            print(name)
-        return 0
+def _configs(args: argparse.Namespace) -> tuple[ControllerConfig, SafetyConfig]:
     controller_cfg = load_node_params(
         args.controller_config or config_path("controller.yaml"),
         "controller_node",
@@ -63,9 +56,13 @@ def run(args: argparse.Namespace) -> int:
     safety_cfg = load_node_params(
         args.safety_config or config_path("safety.yaml"), "safety_node", SafetyConfig
     )
-    names = args.tasks or list_tasks()
-    tasks = [get_task(n) for n in names]
-    settings = EvalSettings(
+    return controller_cfg, safety_cfg
+
+
+def _settings(args: argparse.Namespace, controller_cfg: ControllerConfig):  # noqa: ANN202
+    from vla_edge.sim.evaluator import EvalSettings
+
+    return EvalSettings(
         delay_s=args.delay_ms / 1e3,
         merge=args.merge or controller_cfg.merge,
         scheme=args.scheme,
@@ -73,27 +70,23 @@ def run(args: argparse.Namespace) -> int:
         instructions=args.instructions,
     )
 
-    def runner_for(env: TabletopEnv):  # noqa: ANN202 - the Runner protocol
-        return make_runner(args.policy, env=env, threads=args.threads)
 
-    probe = None
+def _env_and_runner(args: argparse.Namespace):  # noqa: ANN202 - (env, Runner, size)
+    """The tabletop env at the policy's image size and the runner for it."""
+    from vla_edge.runners.factory import make_runner
+    from vla_edge.sim.env import TabletopEnv
+
     if args.image_size is None and args.policy != "expert":
-        probe = make_runner(args.policy, threads=args.threads)
-        size = (probe.spec.image_height, probe.spec.image_width)
-        cameras = list(probe.spec.cameras)
-    else:
-        side = args.image_size or 64
-        size = (side, side)
-        cameras = ["agentview", "wrist"]
-    env = TabletopEnv(image_height=size[0], image_width=size[1], cameras=cameras)
-    if probe is not None:
-        runner_obj = probe
+        runner = make_runner(args.policy, threads=args.threads)
+        size = (runner.spec.image_height, runner.spec.image_width)
+        env = TabletopEnv(image_height=size[0], image_width=size[1], cameras=runner.spec.cameras)
+        return env, runner, size
+    side = args.image_size or 64
+    env = TabletopEnv(image_height=side, image_width=side, cameras=["agentview", "wrist"])
+    return env, make_runner(args.policy, env=env, threads=args.threads), (side, side)
 
-        def runner_for(env: TabletopEnv):  # noqa: ANN202,F811
-            return runner_obj
 
-    started = time.perf_counter()
-    total = len(tasks) * args.episodes
+def _progress_printer(args: argparse.Namespace, total: int):  # noqa: ANN202
     done = [0]
 
     def progress(result) -> None:  # noqa: ANN001
@@ -106,21 +99,109 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-    result = evaluate(
-        env,
-        runner_for,
-        tasks,
-        args.episodes,
+    return progress
+
+
+def _task_worker(args: argparse.Namespace, task_name: str) -> dict:
+    """One worker process: every episode of one task (results as plain dicts)."""
+    from dataclasses import asdict
+
+    from vla_edge.sim.evaluator import controller_config_for, run_task
+    from vla_edge.sim.tasks import get_task
+
+    controller_cfg, safety_cfg = _configs(args)
+    settings = _settings(args, controller_cfg)
+    env, runner, size = _env_and_runner(args)
+    try:
+        results = run_task(
+            env,
+            runner,
+            get_task(task_name),
+            args.episodes,
+            settings,
+            controller_cfg,
+            safety_cfg,
+            args.seed,
+            Path(args.video) if args.video else None,
+            _progress_printer(args, args.episodes),
+        )
+        spec = runner.spec
+        merge = controller_config_for(
+            controller_cfg, settings, spec.chunk_horizon, spec.dt_action_s
+        ).merge
+    finally:
+        runner.close()
+    return {"results": [asdict(r) for r in results], "merge": merge, "size": list(size)}
+
+
+def _evaluate_in_workers(args: argparse.Namespace, names: list[str]) -> tuple[dict, list[int]]:
+    """Tasks spread over ``args.workers`` spawned processes; one eval JSON dict."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from vla_edge.sim.evaluator import EpisodeResult, summarize
+
+    controller_cfg, _ = _configs(args)
+    settings = _settings(args, controller_cfg)
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=context) as pool:
+        futures = {name: pool.submit(_task_worker, args, name) for name in names}
+        outputs = {name: future.result() for name, future in futures.items()}
+    by_task = {name: [EpisodeResult(**r) for r in out["results"]] for name, out in outputs.items()}
+    first = outputs[names[0]]
+    result = summarize(
+        by_task,
         settings,
         controller_cfg,
-        safety_cfg,
-        policy_name=args.policy,
-        suite=args.suite,
-        seed=args.seed,
-        video_dir=Path(args.video) if args.video else None,
-        progress=progress,
+        first["merge"],
+        args.policy,
+        args.suite,
+        args.seed,
+        args.episodes,
     )
+    return result, first["size"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation and print / write the JSON."""
+    from vla_edge.sim.evaluator import evaluate
+    from vla_edge.sim.tasks import get_task, list_tasks
+
+    if args.suite != "tabletop":
+        print(f"unknown suite {args.suite!r}: expected 'tabletop'", file=sys.stderr)
+        return 2
+    if args.list_tasks:
+        for name in list_tasks():
+            print(name)
+        return 0
+    if args.workers < 1:
+        print(f"--workers = {args.workers}: must be >= 1", file=sys.stderr)
+        return 2
+    controller_cfg, safety_cfg = _configs(args)
+    names = args.tasks or list_tasks()
+    tasks = [get_task(n) for n in names]
+    settings = _settings(args, controller_cfg)
+    started = time.perf_counter()
+    if args.workers > 1 and len(tasks) > 1:
+        result, size = _evaluate_in_workers(args, names)
+    else:
+        env, runner, size = _env_and_runner(args)
+        result = evaluate(
+            env,
+            lambda _env: runner,
+            tasks,
+            args.episodes,
+            settings,
+            controller_cfg,
+            safety_cfg,
+            policy_name=args.policy,
+            suite=args.suite,
+            seed=args.seed,
+            video_dir=Path(args.video) if args.video else None,
+            progress=_progress_printer(args, len(tasks) * args.episodes),
+        )
     result["settings"]["image_size"] = list(size)
+    result["settings"]["workers"] = args.workers
     result["wall_time_s"] = time.perf_counter() - started
     text = json.dumps(result, indent=2)
     if args.json:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,54 @@ def run_episode(
     )
 
 
+def task_rng(seed: int, task_name: str) -> np.random.Generator:
+    """The noise generator of one task's episodes (same draws however tasks are split)."""
+    return np.random.default_rng((int(seed), zlib.crc32(task_name.encode())))
+
+
+def run_task(
+    env: Any,
+    runner: Runner,
+    task: Any,
+    episodes: int,
+    settings: EvalSettings,
+    controller_base: ControllerConfig,
+    safety_config: SafetyConfig,
+    seed: int = 0,
+    video_dir: Path | None = None,
+    progress: Callable[[EpisodeResult], None] | None = None,
+) -> list[EpisodeResult]:
+    """Init states ``0 .. episodes - 1`` of one task."""
+    rng = task_rng(seed, task.name)
+    results = []
+    for init_state_id in range(episodes):
+        frames: list[np.ndarray] | None = [] if video_dir is not None else None
+        result = run_episode(
+            env,
+            runner,
+            task,
+            init_state_id,
+            settings,
+            controller_base,
+            safety_config,
+            rng,
+            video_frames=frames,
+        )
+        if video_dir is not None and frames:
+            from vla_edge.sim.video import write_mp4
+
+            tag = "success" if result.success else "failure"
+            write_mp4(
+                Path(video_dir) / f"{task.name}_{init_state_id:03d}_{tag}.mp4",
+                frames,
+                fps=settings.video_fps,
+            )
+        results.append(result)
+        if progress is not None:
+            progress(result)
+    return results
+
+
 def evaluate(
     env: Any,
     runner_for: Callable[[Any], Runner],
@@ -286,39 +335,45 @@ def evaluate(
             the env; learned policies ignore it).
     """
     runner = runner_for(env)
-    rng = np.random.default_rng(seed)
+    by_task = {
+        task.name: run_task(
+            env,
+            runner,
+            task,
+            episodes,
+            settings,
+            controller_base,
+            safety_config,
+            seed,
+            video_dir,
+            progress,
+        )
+        for task in tasks
+    }
+    merge = controller_config_for(
+        controller_base, settings, runner.spec.chunk_horizon, runner.spec.dt_action_s
+    ).merge
+    runner.close()
+    return summarize(by_task, settings, controller_base, merge, policy_name, suite, seed, episodes)
+
+
+def summarize(
+    by_task: dict[str, list[EpisodeResult]],
+    settings: EvalSettings,
+    controller_base: ControllerConfig,
+    merge: str,
+    policy_name: str,
+    suite: str,
+    seed: int,
+    episodes: int,
+) -> dict[str, Any]:
+    """The eval JSON dict of per-task episode results (tasks in ``by_task`` order)."""
     per_task: dict[str, Any] = {}
     all_results: list[EpisodeResult] = []
-    for task in tasks:
-        results = []
-        for init_state_id in range(episodes):
-            frames: list[np.ndarray] | None = [] if video_dir is not None else None
-            result = run_episode(
-                env,
-                runner,
-                task,
-                init_state_id,
-                settings,
-                controller_base,
-                safety_config,
-                rng,
-                video_frames=frames,
-            )
-            if video_dir is not None and frames:
-                from vla_edge.sim.video import write_mp4
-
-                tag = "success" if result.success else "failure"
-                write_mp4(
-                    Path(video_dir) / f"{task.name}_{init_state_id:03d}_{tag}.mp4",
-                    frames,
-                    fps=settings.video_fps,
-                )
-            results.append(result)
-            if progress is not None:
-                progress(result)
+    for name, results in by_task.items():
         successes = sum(r.success for r in results)
         succeeded = [r for r in results if r.success]
-        per_task[task.name] = {
+        per_task[name] = {
             "success_rate": successes / len(results) if results else 0.0,
             "successes": successes,
             "episodes": len(results),
@@ -333,7 +388,6 @@ def evaluate(
             "penetrating_contacts": sum(r.penetrating_contacts for r in results),
         }
         all_results.extend(results)
-    runner.close()
     safety_totals: dict[str, int] = {}
     controller_totals: dict[str, int] = {}
     for r in all_results:
@@ -364,9 +418,7 @@ def evaluate(
         },
         "settings": {
             "delay_ms": settings.delay_s * 1e3,
-            "merge": controller_config_for(
-                controller_base, settings, runner.spec.chunk_horizon, runner.spec.dt_action_s
-            ).merge,
+            "merge": merge,
             "scheme": settings.scheme,
             "replan_steps": settings.replan_steps if settings.scheme == "sync" else None,
             "instructions": settings.instructions,
