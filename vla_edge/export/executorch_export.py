@@ -5,7 +5,10 @@
 * ``8da4w``: before export, every ``nn.Linear`` whose input width is a
   multiple of the group size gets int8 dynamic activations and int4 weights
   in groups of ``GROUP_SIZE`` (torchao ``Int8DynamicActivationIntxWeightConfig``),
-  which XNNPACK runs as one fused kernel. Other layers stay fp32.
+  which XNNPACK runs as one fused kernel. Every ``nn.Embedding`` (MiniLM's
+  30522-row word table is half of the language program) becomes int8 with one
+  fp32 scale per row (:class:`Int8RowEmbedding`): the rows are gathered as
+  int8 and only the gathered rows are dequantised. Convolutions stay fp32.
 
 Norms and attention are first rewritten with ops XNNPACK takes
 (:mod:`vla_edge.export.xnnpack_rewrites`), so each stage lowers to few
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from vla_edge.export.stages import StageProgram
@@ -52,13 +56,41 @@ def quantize_8da4w(module: nn.Module, group_size: int = GROUP_SIZE) -> tuple[nn.
     return quantized, eligible, len(linears) - eligible
 
 
+class Int8RowEmbedding(nn.Module):
+    """``nn.Embedding`` with symmetric int8 rows and one fp32 scale per row (same maths)."""
+
+    def __init__(self, embedding: nn.Embedding) -> None:
+        super().__init__()
+        weight = embedding.weight.detach().float()
+        scale = weight.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+        qweight = torch.round(weight / scale).clamp(-127, 127).to(torch.int8)
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
+        self.padding_idx = embedding.padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of the table, dequantised after the gather."""
+        return F.embedding(ids, self.qweight).to(torch.float32) * F.embedding(ids, self.scale)
+
+
+def quantize_embeddings_int8(module: nn.Module) -> tuple[nn.Module, int]:
+    """``module`` (edited in place) with every ``nn.Embedding`` as :class:`Int8RowEmbedding`."""
+    count = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Embedding):
+                setattr(parent, name, Int8RowEmbedding(child))
+                count += 1
+    return module, count
+
+
 def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict[str, Any]:
     """Lower ``stage`` to XNNPACK and write the ``.pte`` program.
 
     Returns:
         ``{"delegation": {"delegated_subgraphs", "delegated_nodes",
         "non_delegated_nodes", "non_delegated_ops": {op: count}},
-        "quantized_linears", "fp32_linears", "rewritten_for_xnnpack"}``.
+        "quantized_linears", "fp32_linears", "int8_embeddings", "rewritten_for_xnnpack"}``.
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info
@@ -68,8 +100,10 @@ def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict
 
     module, rewrites = rewrite_for_xnnpack(stage.module.eval())
     quantized, skipped = 0, sum(1 for m in module.modules() if isinstance(m, nn.Linear))
+    embeddings = 0
     if quant == "8da4w":
         module, quantized, skipped = quantize_8da4w(module)
+        module, embeddings = quantize_embeddings_int8(module)
     with torch.no_grad():
         exported = torch.export.export(module, stage.example_inputs, strict=False)
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
@@ -80,6 +114,7 @@ def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict
         "delegation": delegation_summary(info),
         "quantized_linears": quantized,
         "fp32_linears": skipped,
+        "int8_embeddings": embeddings,
         "rewritten_for_xnnpack": rewrites,
     }
 
