@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from vla_edge.core.errors import DatasetError
-
-HDF5_SUFFIXES = (".hdf5", ".h5")
+from vla_edge.sim.dataset import demo_files
 
 
 @dataclass
@@ -38,17 +37,6 @@ class Episode:
     def length(self) -> int:
         """Number of steps ``T``."""
         return int(self.state.shape[0])
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix in HDF5_SUFFIXES)
-        if files:
-            return files
-        raise DatasetError(f"data = {str(path)!r}: no {'/'.join(HDF5_SUFFIXES)} file inside")
-    raise DatasetError(f"data = {str(path)!r}: no such file or folder")
 
 
 def _attr_str(value: object) -> str:
@@ -73,7 +61,7 @@ def load_episodes(
     import h5py
 
     episodes: list[Episode] = []
-    for file in _files(Path(path)):
+    for file in demo_files(path):
         with h5py.File(file, "r") as h5:
             if "data" not in h5:
                 raise DatasetError(f"{file}: group 'data' is missing")
