@@ -68,3 +68,32 @@ def test_non_finite_actions_raise_dataset_error(tmp_path) -> None:
 def test_empty_folder_raises_dataset_error(tmp_path) -> None:
     with pytest.raises(DatasetError, match="no .hdf5/.h5 file inside"):
         load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)
+
+
+def _mark_as_suite_episodes(path, tasks=("lift_green_block", "put_blue_block_on_plate")) -> None:
+    """Give the synthetic episodes the attributes ``vla-edge collect`` writes."""
+    with h5py.File(path, "r+") as h5:
+        for name, group in h5["data"].items():
+            task_id = 0 if group.attrs["task"] == "task_0" else 1
+            group.attrs["task"] = tasks[task_id]
+            group.attrs["split"] = "train"
+            group.attrs["init_state_id"] = 1000 + int(name.split("_")[1])
+
+
+def test_suite_episodes_carry_the_layout_of_their_init_state(tmp_path) -> None:
+    from vla_edge.sim.tasks import OBJECTS, init_state
+
+    path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=2, steps=12)
+    plain = load_episodes(path, list(CAMERAS), (32, 32), 7)
+    assert all(ep.layout_xy is None for ep in plain)
+    _mark_as_suite_episodes(path)
+    episodes = load_episodes(path, list(CAMERAS), (32, 32), 7)
+    scene = init_state("put_blue_block_on_plate", 1003, "train").scene
+    want = np.concatenate([scene.positions_m[n][:2] for n in OBJECTS] + [scene.target_xy_m])
+    assert episodes[3].layout_xy.shape == (2 * (len(OBJECTS) + 1),)
+    np.testing.assert_allclose(episodes[3].layout_xy, want, atol=1e-6)
+    assert not np.allclose(episodes[0].layout_xy, episodes[1].layout_xy)
+    samples = ChunkSamples(episodes[:1] + plain[1:2], list(CAMERAS), 10)
+    assert samples.has_layout.tolist() == [True] * 12 + [False] * 12
+    assert samples.steps.tolist() == list(range(12)) * 2
+    assert np.all(samples.layout[12:] == 0.0)

@@ -126,3 +126,44 @@ def test_learning_rate_warms_up_then_decays_to_the_minimum() -> None:
     assert learning_rate_at(99, cfg) == pytest.approx(1e-3)
     assert learning_rate_at(550, cfg) < 1e-3
     assert learning_rate_at(1000, cfg) == pytest.approx(1e-5)
+
+
+def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
+    import h5py
+
+    from vla_edge.sim.tasks import OBJECTS, init_state
+
+    colours = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 255], [255, 0, 255]])
+    colours = np.concatenate([colours, [[255, 255, 0], [0, 255, 255]]]).astype(np.uint8)
+    path = write_dataset(tmp_path / "data" / "demos.hdf5", episodes_per_task=6, steps=20)
+    with h5py.File(path, "r+") as h5:
+        for name, group in h5["data"].items():
+            task = "lift_green_block" if group.attrs["task"] == "task_0" else "stack_red_on_green"
+            group.attrs["task"] = task
+            group.attrs["split"] = "train"
+            group.attrs["init_state_id"] = int(name.split("_")[1])
+            # draw the layout into the agentview images, so the probe has something to see
+            scene = init_state(task, int(name.split("_")[1]), "train").scene
+            points = [scene.positions_m[n][:2] for n in OBJECTS] + [scene.target_xy_m]
+            images = group["obs/agentview_image"][()]
+            for colour, (x, y) in zip(colours[: len(points)], points, strict=True):
+                row = int(round(2 + (x - 0.38) / 0.26 * 26))
+                col = int(round(2 + (y + 0.22) / 0.44 * 26))
+                images[:, row : row + 3, col : col + 3] = colour
+            group["obs/agentview_image"][...] = images
+    cfg = _file_cfg(120)
+    cfg.train.layout_loss_weight = 1.0
+    cfg.train.layout_loss_steps = 20
+    cfg.train.val_every = 60
+    cfg.train.checkpoint_every = 60
+    summary = train(tmp_path / "data", tmp_path / "p.pt", cfg, progress=False)
+    layout = [v for _, v in summary["history"]["layout_loss"]]
+    assert len(layout) == 120
+    assert np.mean(layout[-20:]) < 0.8 * np.mean(layout[:20])
+    payload = torch.load(tmp_path / "p.pt", weights_only=True)
+    assert "per_token.weight" in payload["train_modules"]["layout_probe"]
+    cfg.train.steps = 140
+    resumed = train(tmp_path / "data", tmp_path / "p.pt", cfg, resume=True, progress=False)
+    assert resumed["start_step"] == 120
+    assert len(resumed["history"]["layout_loss"]) == 140
+    assert load_checkpoint(tmp_path / "p.pt").checkpoint_info["step"] == 140

@@ -121,6 +121,10 @@ class TrainConfig(_Strict):
     num_threads: int = Field(2, ge=1, le=256)
     time_beta_alpha: float = Field(1.5, gt=0.0)
     time_beta_beta: float = Field(1.0, gt=0.0)
+    layout_loss_weight: float = Field(0.0, ge=0.0)
+    """Weight of the auxiliary loss that regresses the scene layout from the visual tokens."""
+    layout_loss_steps: int = Field(20, ge=1)
+    """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get it."""
 
 
 class TrainFileConfig(_Strict):

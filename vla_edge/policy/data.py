@@ -9,6 +9,12 @@ Layout read (robomimic convention, see docs/INTERFACES.md)::
 
 A sample is the observation at step ``k`` of an episode with the chunk
 ``actions[k:k+H]`` padded with the episode's last row.
+
+Episodes recorded from the tabletop suite also carry their scene layout: the
+``task``, ``split`` and ``init_state_id`` attributes name the fixed initial
+state, whose object positions are re-derived here (``Episode.layout_xy``).
+Training can use it as an auxiliary target for the vision encoder; episodes
+from elsewhere simply have none.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class Episode:
     instruction: str
     task: str
     name: str
+    layout_xy: np.ndarray | None = None
+    """``[2 * (objects + 1)]``: initial xy of every object then the target (m), if known."""
 
     @property
     def length(self) -> int:
@@ -128,7 +136,22 @@ def _read_episode(
         raise DatasetError(f"{where}: attribute instruction is missing")
     instruction = _attr_str(attrs["instruction"])
     task = _attr_str(attrs.get("task", instruction))
-    return Episode(images, state, actions, instruction, task, name)
+    return Episode(images, state, actions, instruction, task, name, _layout(attrs, task))
+
+
+def _layout(attrs: object, task: str) -> np.ndarray | None:
+    """Initial object and target xy of a tabletop-suite episode (``None`` for other data)."""
+    from vla_edge.core.errors import InitStateOutOfRangeError, UnknownTaskError
+    from vla_edge.sim.tasks import OBJECTS, init_state
+
+    if "init_state_id" not in attrs or "split" not in attrs:
+        return None
+    try:
+        scene = init_state(task, int(attrs["init_state_id"]), _attr_str(attrs["split"])).scene
+    except (UnknownTaskError, InitStateOutOfRangeError, ValueError):
+        return None
+    points = [scene.positions_m[name][:2] for name in OBJECTS] + [scene.target_xy_m]
+    return np.concatenate(points).astype(np.float32)
 
 
 def split_episodes(
@@ -161,6 +184,9 @@ class ChunkSamples:
         states: ``[N, A]`` float32.
         instruction_ids: ``[N]`` index into ``instructions``.
         instructions: the distinct instruction strings (sorted).
+        steps: ``[N]`` step ``k`` of each sample within its episode.
+        layout: ``[N, L]`` the episode's initial layout (zeros where unknown).
+        has_layout: ``[N]`` whether ``layout`` is known.
     """
 
     def __init__(self, episodes: list[Episode], cameras: list[str], horizon: int) -> None:
@@ -182,6 +208,16 @@ class ChunkSamples:
             offset += ep.length
         self._chunk_index = np.concatenate(index_rows)
         self.instruction_ids = np.concatenate(ids)
+        self.steps = np.concatenate([np.arange(ep.length) for ep in episodes])
+        width = max((ep.layout_xy.size for ep in episodes if ep.layout_xy is not None), default=0)
+        self.layout = np.zeros((len(self.states), width), dtype=np.float32)
+        self.has_layout = np.zeros(len(self.states), dtype=bool)
+        offset = 0
+        for ep in episodes:
+            if ep.layout_xy is not None and ep.layout_xy.size == width:
+                self.layout[offset : offset + ep.length] = ep.layout_xy
+                self.has_layout[offset : offset + ep.length] = True
+            offset += ep.length
         self.num_episodes = len(episodes)
 
     def __len__(self) -> int:

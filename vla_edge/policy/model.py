@@ -151,6 +151,7 @@ def save_checkpoint(
     step: int = 0,
     optimizer_state: dict[str, Any] | None = None,
     meta: dict[str, Any] | None = None,
+    train_modules: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> str:
     """Write ``policy`` (and optional training state) atomically; return the weights hash."""
     path = Path(path)
@@ -168,6 +169,7 @@ def save_checkpoint(
         "step": int(step),
         "optimizer": optimizer_state,
         "meta": meta or {},
+        "train_modules": train_modules,
     }
     tmp = path.with_name(path.name + ".tmp")
     torch.save(payload, tmp)

@@ -7,6 +7,13 @@
   printed every ``val_every`` steps.
 * The frozen language encoder runs once per distinct instruction before the
   loop; the loop sees only the cached embeddings.
+* Optional auxiliary loss (``layout_loss_weight > 0``): a small probe,
+  used only in training, regresses the scene's initial object and target
+  positions (``ChunkSamples.layout``) from the visual tokens of the first
+  ``layout_loss_steps`` steps of each episode. Closed-loop success hinges on
+  heading for the instructed object from the start pose, which the action
+  loss alone teaches slowly; the probe gives the vision encoder a direct
+  localisation signal. It is not part of the exported policy.
 * Everything random in step ``s`` is drawn from generators seeded by
   ``(seed, s)``, so a run resumed from a checkpoint (``--resume``) follows the
   same trajectory as one that was never interrupted.
@@ -58,6 +65,35 @@ def shift_images(
     return F.grid_sample(images, grid, padding_mode="border", align_corners=False)
 
 
+class LayoutProbe(torch.nn.Module):
+    """Training-only head: visual tokens of all cameras -> normalised layout ``[B, L]``."""
+
+    def __init__(self, config: PolicyConfig, layout_width: int, mean: np.ndarray, std: np.ndarray):
+        super().__init__()
+        tokens = len(config.cameras) * config.tokens_per_camera
+        self.per_token = torch.nn.Linear(config.d_model, 16)
+        self.out = torch.nn.Sequential(
+            torch.nn.GELU(approximate="tanh"), torch.nn.Linear(tokens * 16, layout_width)
+        )
+        self.tokens = tokens
+        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
+        self.register_buffer("std", torch.as_tensor(std, dtype=torch.float32))
+
+    def loss(self, visual: torch.Tensor, layout: torch.Tensor) -> torch.Tensor:
+        """MSE of the normalised layout; ``visual`` is ``[B * n_cams, T_v, D]``."""
+        h = self.per_token(visual).reshape(layout.shape[0], self.tokens * 16)
+        return F.mse_loss(self.out(h), (layout - self.mean) / self.std)
+
+
+def make_layout_probe(config: PolicyConfig, samples: ChunkSamples) -> LayoutProbe | None:
+    """The probe for ``samples``' layouts, or ``None`` when no episode has one."""
+    if not samples.has_layout.any():
+        return None
+    known = samples.layout[samples.has_layout]
+    std = np.maximum(known.std(axis=0), 1e-3)
+    return LayoutProbe(config, known.shape[1], known.mean(axis=0), std)
+
+
 def learning_rate_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up, then cosine decay to ``min_learning_rate``."""
     if step < cfg.warmup_steps:
@@ -76,8 +112,14 @@ def batch_loss(
     train_cfg: TrainConfig,
     generator: torch.Generator,
     augment: bool,
-) -> torch.Tensor:
-    """Flow-matching loss of samples ``idx`` (``flow_samples_per_obs`` draws per observation)."""
+    probe: LayoutProbe | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Flow-matching loss of samples ``idx`` (``flow_samples_per_obs`` draws per observation).
+
+    Returns:
+        The flow-matching loss and, with a ``probe``, the layout loss of the
+        samples that have a layout and ``k < layout_loss_steps`` (else ``None``).
+    """
     cfg = policy.config
     codec: ActionCodec = policy.codec
     states = samples.states[idx]
@@ -88,7 +130,16 @@ def batch_loss(
     if augment:
         images = shift_images(images, train_cfg.shift_pixels, generator)
     lang = lang_table[torch.from_numpy(samples.instruction_ids[idx])]
-    context = policy.context(images, lang, state_norm)
+    visual = policy.vision_encoder(images)
+    context = policy.fusion(visual, lang, state_norm)
+    layout_loss = None
+    if probe is not None:
+        use = samples.has_layout[idx] & (samples.steps[idx] < train_cfg.layout_loss_steps)
+        if use.any():
+            rows = torch.from_numpy(np.flatnonzero(use))
+            per_obs = visual.reshape(len(idx), -1, *visual.shape[1:])[rows]
+            layout = torch.from_numpy(samples.layout[idx][use])
+            layout_loss = probe.loss(per_obs.reshape(-1, *visual.shape[1:]), layout)
     m = train_cfg.flow_samples_per_obs
     target = chunk_norm.repeat_interleave(m, dim=0)
     n = target.shape[0]
@@ -97,9 +148,10 @@ def batch_loss(
     u = _sample_beta(beta, n, generator)
     tau = 0.999 * (1.0 - u)
     prefix_len = torch.randint(0, cfg.max_prefix_len + 1, (n,), generator=generator)
-    return policy.action_head.flow_matching_loss(
+    flow = policy.action_head.flow_matching_loss(
         context, target, noise, tau, prefix_len, draws_per_context=m
     )
+    return flow, layout_loss
 
 
 def _sample_beta(
@@ -129,7 +181,7 @@ def validation_loss(
         for _ in range(train_cfg.val_batches):
             idx = rng.integers(0, len(samples), size=min(train_cfg.batch_size, len(samples)))
             losses.append(
-                float(batch_loss(policy, samples, idx, lang_table, train_cfg, gen, augment=False))
+                float(batch_loss(policy, samples, idx, lang_table, train_cfg, gen, False)[0])
             )
     policy.train()
     return float(np.mean(losses))
@@ -172,11 +224,11 @@ def train(
     lang_val = lang_all[[instructions.index(s) for s in val_set.instructions]] if val_set else None
 
     policy = VlaPolicy(cfg, stats)
-    optimizer = torch.optim.AdamW(
-        policy.parameters(), lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay
-    )
+    probe = make_layout_probe(cfg, train_set) if tcfg.layout_loss_weight > 0 else None
+    params = list(policy.parameters()) + (list(probe.parameters()) if probe else [])
+    optimizer = torch.optim.AdamW(params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay)
     start_step = 0
-    history: dict[str, list[list[float]]] = {"train_loss": [], "val_loss": []}
+    history: dict[str, list[list[float]]] = {"train_loss": [], "val_loss": [], "layout_loss": []}
     wall_before_s = 0.0
     if resume and out.is_file():
         payload = read_checkpoint(out)
@@ -187,6 +239,9 @@ def train(
             optimizer.load_state_dict(payload["optimizer"])
         start_step = int(payload.get("step", 0))
         meta = payload.get("meta") or {}
+        probe_state = (payload.get("train_modules") or {}).get("layout_probe")
+        if probe is not None and probe_state is not None:
+            probe.load_state_dict(probe_state)
         history = meta.get("history", history)
         wall_before_s = float(meta.get("train_wall_time_s", 0.0))
     policy.train()
@@ -212,6 +267,7 @@ def train(
             step=step,
             optimizer_state=optimizer.state_dict(),
             meta=meta,
+            train_modules={"layout_probe": probe.state_dict()} if probe is not None else None,
         )
 
     bar = tqdm(
@@ -223,25 +279,38 @@ def train(
         dynamic_ncols=True,
     )
     running = None
+    running_layout = None
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step, tcfg)
         rng = np.random.default_rng([tcfg.seed, step])
         gen = torch.Generator().manual_seed(tcfg.seed * 1_000_003 + step)
         idx = rng.integers(0, len(train_set), size=tcfg.batch_size)
-        loss = batch_loss(policy, train_set, idx, lang_train, tcfg, gen, augment=True)
+        loss, layout_loss = batch_loss(
+            policy, train_set, idx, lang_train, tcfg, gen, augment=True, probe=probe
+        )
+        total = loss if layout_loss is None else loss + tcfg.layout_loss_weight * layout_loss
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), tcfg.grad_clip_norm)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip_norm)
         optimizer.step()
         value = float(loss.detach())
         running = value if running is None else 0.98 * running + 0.02 * value
         history["train_loss"].append([step, value])
+        if layout_loss is not None:
+            layout_value = float(layout_loss.detach())
+            running_layout = (
+                layout_value
+                if running_layout is None
+                else 0.98 * running_layout + 0.02 * layout_value
+            )
+            history.setdefault("layout_loss", []).append([step, layout_value])
         done = step + 1
         if val_set is not None and (done % tcfg.val_every == 0 or done == tcfg.steps):
             val = validation_loss(policy, val_set, lang_val, tcfg)
             history["val_loss"].append([done, val])
-            bar.write(f"step {done}: train_loss {running:.4f} val_loss {val:.4f}")
+            layout_text = "" if running_layout is None else f" layout_loss {running_layout:.4f}"
+            bar.write(f"step {done}: train_loss {running:.4f} val_loss {val:.4f}{layout_text}")
         bar.set_postfix(loss=f"{running:.4f}")
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps:
             _save(done)
