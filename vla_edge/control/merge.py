@@ -119,6 +119,22 @@ def _old_values(buffer: ChunkBuffer, times_s: np.ndarray) -> np.ndarray:
     return out
 
 
+def _splice_when_nothing_ahead(
+    buffer: ChunkBuffer,
+    times_s: np.ndarray,
+    positions: np.ndarray,
+    now_s: float,
+    current_position: np.ndarray,
+    current_velocity: np.ndarray,
+    bridge_duration_s: float,
+) -> bool:
+    """Splice the chunk in (and say so) when no buffered point lies ahead to blend with."""
+    if not buffer.is_empty and buffer.future_count(now_s) > 0:
+        return False
+    splice(buffer, times_s, positions, now_s, current_position, current_velocity, bridge_duration_s)
+    return True
+
+
 class WeightedMerge:
     """LeRobot-style blend: ``w_old * old + (1 - w_old) * new`` on overlapping steps."""
 
@@ -138,16 +154,15 @@ class WeightedMerge:
         current_velocity: np.ndarray,
     ) -> None:
         """Blend overlapping steps; keep older buffered points before the chunk."""
-        if buffer.is_empty or buffer.future_count(now_s) == 0:
-            splice(
-                buffer,
-                times_s,
-                positions,
-                now_s,
-                current_position,
-                current_velocity,
-                self.bridge_duration_s,
-            )
+        if _splice_when_nothing_ahead(
+            buffer,
+            times_s,
+            positions,
+            now_s,
+            current_position,
+            current_velocity,
+            self.bridge_duration_s,
+        ):
             return
         overlap = _overlap(buffer, times_s)
         merged = positions.copy()
@@ -180,16 +195,15 @@ class EnsembleMerge:
         current_velocity: np.ndarray,
     ) -> None:
         """Fold the new predictions into the per-target-time weighted means."""
-        if buffer.is_empty or buffer.future_count(now_s) == 0:
-            splice(
-                buffer,
-                times_s,
-                positions,
-                now_s,
-                current_position,
-                current_velocity,
-                self.bridge_duration_s,
-            )
+        if _splice_when_nothing_ahead(
+            buffer,
+            times_s,
+            positions,
+            now_s,
+            current_position,
+            current_velocity,
+            self.bridge_duration_s,
+        ):
             return
         n = times_s.shape[0]
         overlap = _overlap(buffer, times_s)
