@@ -111,7 +111,13 @@ def test_safety_node_imports_only_the_safety_core_core_config_and_ros():
     extra = [
         m
         for m in modules
-        if m not in ("vla_edge", "vla_edge.nodes", "vla_edge.nodes.safety_node")
+        if m
+        not in (
+            "vla_edge",
+            "vla_edge.nodes",
+            "vla_edge.nodes.safety_node",
+            "vla_edge.nodes.lifecycle",
+        )
         and not m.startswith(allowed)
     ]
     assert extra == []

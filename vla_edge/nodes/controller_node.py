@@ -17,14 +17,11 @@ the measured positions.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -35,7 +32,7 @@ from vla_edge.config.models import ControllerConfig
 from vla_edge.control.controller import Controller
 from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
-from vla_edge.core.errors import ChunkRejectedError, InvalidObservationError, VlaEdgeError
+from vla_edge.core.errors import ChunkRejectedError, InvalidObservationError
 from vla_edge.core.stop import StopCategory
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
@@ -48,6 +45,7 @@ from vla_edge.nodes.conversions import (
     trajectory_to_chunk,
 )
 from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
+from vla_edge.nodes.lifecycle import run_node
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
 from vla_edge.nodes.params import config_from_parameters
 
@@ -235,24 +233,13 @@ class ControllerNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Run the controller node until Ctrl-C or external shutdown."""
-    rclpy.init(args=args)
-    sys.setswitchinterval(0.0005)  # the loop thread gets the GIL back quickly
-    node = None
-    try:
-        node = ControllerNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except VlaEdgeError as exc:
-        print(f"[FATAL] controller_node: {type(exc).__name__}: {exc}", flush=True)
-        return 1
-    finally:
-        if node is not None:
-            node.loop.stop()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(
+        "controller_node",
+        ControllerNode,
+        cleanup=lambda node: node.loop.stop(),
+        args=args,
+        fast_gil_switch=True,
+    )
 
 
 if __name__ == "__main__":

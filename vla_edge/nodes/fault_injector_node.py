@@ -25,9 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -56,6 +54,7 @@ from vla_edge.nodes.conversions import (
     stamp_to_s,
     trajectory_to_chunk,
 )
+from vla_edge.nodes.lifecycle import run_node
 
 DIAGNOSTIC_NAME = "vla_edge/fault_injector"
 RAW_SUFFIX = "_raw"
@@ -246,22 +245,11 @@ class FaultInjectorNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Run the fault injector node until Ctrl-C or external shutdown."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = FaultInjectorNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except VlaEdgeError as exc:
-        print(f"[FATAL] fault_injector_node: {type(exc).__name__}: {exc}", flush=True)
-        return 1
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(
+        "fault_injector_node",
+        FaultInjectorNode,
+        args=args,
+    )
 
 
 if __name__ == "__main__":

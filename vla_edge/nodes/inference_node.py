@@ -23,9 +23,7 @@ import traceback
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -37,7 +35,6 @@ from vla_edge.core.errors import (
     ChunkRejectedError,
     ConfigError,
     InvalidObservationError,
-    VlaEdgeError,
 )
 from vla_edge.core.types import Observation
 from vla_edge.nodes import graph
@@ -51,6 +48,7 @@ from vla_edge.nodes.conversions import (
     status_to_diagnostic,
     trajectory_to_chunk,
 )
+from vla_edge.nodes.lifecycle import run_node
 from vla_edge.nodes.metrics import BadInputCounter, Histogram
 from vla_edge.nodes.observation_slot import InferenceInput, ObservationSlot
 from vla_edge.nodes.params import config_from_parameters
@@ -345,23 +343,12 @@ class InferenceNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Run the inference node until Ctrl-C or external shutdown."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = InferenceNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except VlaEdgeError as exc:
-        print(f"[FATAL] inference_node: {type(exc).__name__}: {exc}", flush=True)
-        return 1
-    finally:
-        if node is not None:
-            node.close()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(
+        "inference_node",
+        InferenceNode,
+        cleanup=lambda node: node.close(),
+        args=args,
+    )
 
 
 if __name__ == "__main__":

@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import array
 import os
-import sys
 import threading
 import time
 
 import numpy as np
-import rclpy
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -39,8 +36,8 @@ from std_srvs.srv import Trigger
 
 from vla_edge.config.loader import validate_params
 from vla_edge.config.models import SafetyConfig
-from vla_edge.core.errors import VlaEdgeError
 from vla_edge.core.types import JointCommand
+from vla_edge.nodes.lifecycle import run_node
 from vla_edge.safety.supervisor import SafetySupervisor
 
 TOPIC_COMMAND_IN = "/controller/command"
@@ -305,24 +302,13 @@ def _text(value: object) -> str:
 
 def main(args: list[str] | None = None) -> int:
     """Run the safety node until Ctrl-C or external shutdown."""
-    rclpy.init(args=args)
-    sys.setswitchinterval(0.0005)  # the loop thread gets the GIL back quickly
-    node = None
-    try:
-        node = SafetyNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except VlaEdgeError as exc:
-        print(f"[FATAL] safety_node: {type(exc).__name__}: {exc}", flush=True)
-        return 1
-    finally:
-        if node is not None:
-            node.stop_loop()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(
+        "safety_node",
+        SafetyNode,
+        cleanup=lambda node: node.stop_loop(),
+        args=args,
+        fast_gil_switch=True,
+    )
 
 
 if __name__ == "__main__":

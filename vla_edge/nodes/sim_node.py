@@ -24,9 +24,7 @@ import threading
 import time
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -44,6 +42,7 @@ from vla_edge.nodes.conversions import (
     status_to_diagnostic,
 )
 from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
+from vla_edge.nodes.lifecycle import run_node
 from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import config_from_parameters
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
@@ -325,23 +324,12 @@ class SimNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Run the sim node until Ctrl-C or external shutdown."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimNode()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except VlaEdgeError as exc:
-        print(f"[FATAL] sim_node: {type(exc).__name__}: {exc}", flush=True)
-        return 1
-    finally:
-        if node is not None:
-            node.close()
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    return run_node(
+        "sim_node",
+        SimNode,
+        cleanup=lambda node: node.close(),
+        args=args,
+    )
 
 
 if __name__ == "__main__":
