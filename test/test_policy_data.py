@@ -93,6 +93,11 @@ def test_suite_episodes_carry_the_layout_of_their_init_state(tmp_path) -> None:
     assert episodes[3].layout_xy.shape == (2 * (len(OBJECTS) + 1),)
     np.testing.assert_allclose(episodes[3].layout_xy, want, atol=1e-6)
     assert not np.allclose(episodes[0].layout_xy, episodes[1].layout_xy)
+    # goal: the blue block, then the plate; lifting has no destination (the block twice)
+    xy = {n: scene.positions_m[n][:2] for n in OBJECTS}
+    np.testing.assert_allclose(episodes[3].goal_xy, np.concatenate([xy["blue_block"], xy["plate"]]))
+    lift = init_state("lift_green_block", 1000, "train").scene.positions_m["green_block"][:2]
+    np.testing.assert_allclose(episodes[0].goal_xy, np.concatenate([lift, lift]), atol=1e-6)
     samples = ChunkSamples(episodes[:1] + plain[1:2], list(CAMERAS), 10)
     assert samples.has_layout.tolist() == [True] * 12 + [False] * 12
     assert samples.steps.tolist() == list(range(12)) * 2

@@ -153,6 +153,7 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
             group["obs/agentview_image"][...] = images
     cfg = _file_cfg(120)
     cfg.train.layout_loss_weight = 1.0
+    cfg.train.goal_loss_weight = 1.0
     cfg.train.layout_loss_steps = 20
     cfg.train.val_every = 60
     cfg.train.checkpoint_every = 60
@@ -162,8 +163,32 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
     assert np.mean(layout[-20:]) < 0.8 * np.mean(layout[:20])
     payload = torch.load(tmp_path / "p.pt", weights_only=True)
     assert "per_token.weight" in payload["train_modules"]["layout_probe"]
+    goal = [v for _, v in summary["history"]["goal_loss"]]
+    assert len(goal) == 120 and np.isfinite(goal).all()
     cfg.train.steps = 140
     resumed = train(tmp_path / "data", tmp_path / "p.pt", cfg, resume=True, progress=False)
     assert resumed["start_step"] == 120
     assert len(resumed["history"]["layout_loss"]) == 140
     assert load_checkpoint(tmp_path / "p.pt").checkpoint_info["step"] == 140
+
+
+def test_init_from_starts_from_the_weights_with_a_fresh_schedule(tmp_path, trained) -> None:
+    _, root, _ = trained
+    write_dataset(tmp_path / "data" / "demos.hdf5", episodes_per_task=4, steps=20)
+    cfg = _file_cfg(20)
+    summary = train(
+        tmp_path / "data", tmp_path / "ft.pt", cfg, progress=False, init_from=root / "policy.pt"
+    )
+    assert summary["start_step"] == 0
+    losses = [v for _, v in summary["history"]["train_loss"]]
+    trained_losses = [v for _, v in trained[0]["history"]["train_loss"]]
+    assert np.mean(losses[:5]) < 0.5 * np.mean(trained_losses[:5])
+    other = TrainFileConfig(model=tiny_config(d_model=16), train=cfg.train)
+    with pytest.raises(CheckpointError, match="d_model"):
+        train(
+            tmp_path / "data",
+            tmp_path / "x.pt",
+            other,
+            progress=False,
+            init_from=root / "policy.pt",
+        )

@@ -123,8 +123,11 @@ class TrainConfig(_Strict):
     time_beta_beta: float = Field(1.0, gt=0.0)
     layout_loss_weight: float = Field(0.0, ge=0.0)
     """Weight of the auxiliary loss that regresses the scene layout from the visual tokens."""
+    goal_loss_weight: float = Field(0.0, ge=0.0)
+    """Weight of the auxiliary loss that regresses the instructed object's and its
+    destination's positions from the fused context (language-conditioned)."""
     layout_loss_steps: int = Field(20, ge=1)
-    """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get it."""
+    """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get either."""
 
 
 class TrainFileConfig(_Strict):

@@ -40,6 +40,9 @@ class Episode:
     name: str
     layout_xy: np.ndarray | None = None
     """``[2 * (objects + 1)]``: initial xy of every object then the target (m), if known."""
+    goal_xy: np.ndarray | None = None
+    """``[4]``: initial xy of the instructed object, then of its destination (the
+    object itself when the task has none), if known."""
 
     @property
     def length(self) -> int:
@@ -136,22 +139,28 @@ def _read_episode(
         raise DatasetError(f"{where}: attribute instruction is missing")
     instruction = _attr_str(attrs["instruction"])
     task = _attr_str(attrs.get("task", instruction))
-    return Episode(images, state, actions, instruction, task, name, _layout(attrs, task))
+    layout, goal = _scene_targets(attrs, task)
+    return Episode(images, state, actions, instruction, task, name, layout, goal)
 
 
-def _layout(attrs: object, task: str) -> np.ndarray | None:
-    """Initial object and target xy of a tabletop-suite episode (``None`` for other data)."""
+def _scene_targets(attrs: object, task: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Layout and goal xy of a tabletop-suite episode (``None, None`` for other data)."""
     from vla_edge.core.errors import InitStateOutOfRangeError, UnknownTaskError
-    from vla_edge.sim.tasks import OBJECTS, init_state
+    from vla_edge.sim.tasks import OBJECTS, get_task, init_state
 
     if "init_state_id" not in attrs or "split" not in attrs:
-        return None
+        return None, None
     try:
         scene = init_state(task, int(attrs["init_state_id"]), _attr_str(attrs["split"])).scene
+        spec = get_task(task)
     except (UnknownTaskError, InitStateOutOfRangeError, ValueError):
-        return None
-    points = [scene.positions_m[name][:2] for name in OBJECTS] + [scene.target_xy_m]
-    return np.concatenate(points).astype(np.float32)
+        return None, None
+    xy = {name: scene.positions_m[name][:2] for name in OBJECTS}
+    xy["target"] = scene.target_xy_m
+    layout = np.concatenate([xy[name] for name in (*OBJECTS, "target")]).astype(np.float32)
+    destination = xy[spec.ref] if spec.ref else xy[spec.obj]
+    goal = np.concatenate([xy[spec.obj], destination]).astype(np.float32)
+    return layout, goal
 
 
 def split_episodes(
@@ -186,7 +195,8 @@ class ChunkSamples:
         instructions: the distinct instruction strings (sorted).
         steps: ``[N]`` step ``k`` of each sample within its episode.
         layout: ``[N, L]`` the episode's initial layout (zeros where unknown).
-        has_layout: ``[N]`` whether ``layout`` is known.
+        goal: ``[N, 4]`` the episode's goal xy (zeros where unknown).
+        has_layout: ``[N]`` whether ``layout`` and ``goal`` are known.
     """
 
     def __init__(self, episodes: list[Episode], cameras: list[str], horizon: int) -> None:
@@ -211,11 +221,13 @@ class ChunkSamples:
         self.steps = np.concatenate([np.arange(ep.length) for ep in episodes])
         width = max((ep.layout_xy.size for ep in episodes if ep.layout_xy is not None), default=0)
         self.layout = np.zeros((len(self.states), width), dtype=np.float32)
+        self.goal = np.zeros((len(self.states), 4), dtype=np.float32)
         self.has_layout = np.zeros(len(self.states), dtype=bool)
         offset = 0
         for ep in episodes:
-            if ep.layout_xy is not None and ep.layout_xy.size == width:
+            if ep.layout_xy is not None and ep.layout_xy.size == width and ep.goal_xy is not None:
                 self.layout[offset : offset + ep.length] = ep.layout_xy
+                self.goal[offset : offset + ep.length] = ep.goal_xy
                 self.has_layout[offset : offset + ep.length] = True
             offset += ep.length
         self.num_episodes = len(episodes)

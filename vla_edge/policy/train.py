@@ -7,13 +7,15 @@
   printed every ``val_every`` steps.
 * The frozen language encoder runs once per distinct instruction before the
   loop; the loop sees only the cached embeddings.
-* Optional auxiliary loss (``layout_loss_weight > 0``): a small probe,
-  used only in training, regresses the scene's initial object and target
-  positions (``ChunkSamples.layout``) from the visual tokens of the first
-  ``layout_loss_steps`` steps of each episode. Closed-loop success hinges on
-  heading for the instructed object from the start pose, which the action
-  loss alone teaches slowly; the probe gives the vision encoder a direct
-  localisation signal. It is not part of the exported policy.
+* Optional auxiliary losses on the first ``layout_loss_steps`` steps of each
+  episode, through small probes used only in training (not exported):
+  ``layout_loss_weight`` regresses every object's and the target's initial
+  position (``ChunkSamples.layout``) from the visual tokens;
+  ``goal_loss_weight`` regresses the instructed object's and its
+  destination's positions (``ChunkSamples.goal``) from the fused context, so
+  the instruction must pick them out. Closed-loop success hinges on heading
+  for the instructed object from the start pose, which the action loss alone
+  teaches slowly.
 * Everything random in step ``s`` is drawn from generators seeded by
   ``(seed, s)``, so a run resumed from a checkpoint (``--resume``) follows the
   same trajectory as one that was never interrupted.
@@ -66,12 +68,13 @@ def shift_images(
 
 
 class LayoutProbe(torch.nn.Module):
-    """Training-only head: visual tokens of all cameras -> normalised layout ``[B, L]``."""
+    """Training-only head: ``tokens`` tokens per observation -> normalised targets ``[B, L]``."""
 
-    def __init__(self, config: PolicyConfig, layout_width: int, mean: np.ndarray, std: np.ndarray):
+    def __init__(
+        self, tokens: int, d_model: int, layout_width: int, mean: np.ndarray, std: np.ndarray
+    ):
         super().__init__()
-        tokens = len(config.cameras) * config.tokens_per_camera
-        self.per_token = torch.nn.Linear(config.d_model, 16)
+        self.per_token = torch.nn.Linear(d_model, 16)
         self.out = torch.nn.Sequential(
             torch.nn.GELU(approximate="tanh"), torch.nn.Linear(tokens * 16, layout_width)
         )
@@ -79,19 +82,35 @@ class LayoutProbe(torch.nn.Module):
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32))
         self.register_buffer("std", torch.as_tensor(std, dtype=torch.float32))
 
-    def loss(self, visual: torch.Tensor, layout: torch.Tensor) -> torch.Tensor:
-        """MSE of the normalised layout; ``visual`` is ``[B * n_cams, T_v, D]``."""
-        h = self.per_token(visual).reshape(layout.shape[0], self.tokens * 16)
-        return F.mse_loss(self.out(h), (layout - self.mean) / self.std)
+    def loss(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """MSE of the normalised targets; ``tokens`` hold ``self.tokens`` per target row."""
+        h = self.per_token(tokens).reshape(targets.shape[0], self.tokens * 16)
+        return F.mse_loss(self.out(h), (targets - self.mean) / self.std)
 
 
-def make_layout_probe(config: PolicyConfig, samples: ChunkSamples) -> LayoutProbe | None:
-    """The probe for ``samples``' layouts, or ``None`` when no episode has one."""
+def make_probes(
+    config: PolicyConfig, samples: ChunkSamples, train_cfg: TrainConfig
+) -> dict[str, LayoutProbe]:
+    """``layout`` (on visual tokens) and ``goal`` (on the context) probes whose weight is > 0."""
     if not samples.has_layout.any():
-        return None
-    known = samples.layout[samples.has_layout]
-    std = np.maximum(known.std(axis=0), 1e-3)
-    return LayoutProbe(config, known.shape[1], known.mean(axis=0), std)
+        return {}
+    probes = {}
+    wanted = {
+        "layout": (
+            train_cfg.layout_loss_weight,
+            samples.layout,
+            len(config.cameras) * config.tokens_per_camera,
+        ),
+        "goal": (train_cfg.goal_loss_weight, samples.goal, config.context_tokens),
+    }
+    for name, (weight, values, tokens) in wanted.items():
+        if weight > 0:
+            known = values[samples.has_layout]
+            std = np.maximum(known.std(axis=0), 1e-3)
+            probes[name] = LayoutProbe(
+                tokens, config.d_model, known.shape[1], known.mean(axis=0), std
+            )
+    return probes
 
 
 def learning_rate_at(step: int, cfg: TrainConfig) -> float:
@@ -112,13 +131,13 @@ def batch_loss(
     train_cfg: TrainConfig,
     generator: torch.Generator,
     augment: bool,
-    probe: LayoutProbe | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    probes: dict[str, LayoutProbe] | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Flow-matching loss of samples ``idx`` (``flow_samples_per_obs`` draws per observation).
 
     Returns:
-        The flow-matching loss and, with a ``probe``, the layout loss of the
-        samples that have a layout and ``k < layout_loss_steps`` (else ``None``).
+        The flow-matching loss and the loss of each probe over the samples
+        that have a layout and ``k < layout_loss_steps`` (none when no sample does).
     """
     cfg = policy.config
     codec: ActionCodec = policy.codec
@@ -132,14 +151,19 @@ def batch_loss(
     lang = lang_table[torch.from_numpy(samples.instruction_ids[idx])]
     visual = policy.vision_encoder(images)
     context = policy.fusion(visual, lang, state_norm)
-    layout_loss = None
-    if probe is not None:
-        use = samples.has_layout[idx] & (samples.steps[idx] < train_cfg.layout_loss_steps)
-        if use.any():
-            rows = torch.from_numpy(np.flatnonzero(use))
+    aux: dict[str, torch.Tensor] = {}
+    use = samples.has_layout[idx] & (samples.steps[idx] < train_cfg.layout_loss_steps)
+    if probes and use.any():
+        rows = torch.from_numpy(np.flatnonzero(use))
+        if "layout" in probes:
             per_obs = visual.reshape(len(idx), -1, *visual.shape[1:])[rows]
-            layout = torch.from_numpy(samples.layout[idx][use])
-            layout_loss = probe.loss(per_obs.reshape(-1, *visual.shape[1:]), layout)
+            aux["layout"] = probes["layout"].loss(
+                per_obs.reshape(-1, *visual.shape[1:]), torch.from_numpy(samples.layout[idx][use])
+            )
+        if "goal" in probes:
+            aux["goal"] = probes["goal"].loss(
+                context[rows], torch.from_numpy(samples.goal[idx][use])
+            )
     m = train_cfg.flow_samples_per_obs
     target = chunk_norm.repeat_interleave(m, dim=0)
     n = target.shape[0]
@@ -151,7 +175,7 @@ def batch_loss(
     flow = policy.action_head.flow_matching_loss(
         context, target, noise, tau, prefix_len, draws_per_context=m
     )
-    return flow, layout_loss
+    return flow, aux
 
 
 def _sample_beta(
@@ -203,8 +227,13 @@ def train(
     file_cfg: TrainFileConfig,
     resume: bool = False,
     progress: bool = True,
+    init_from: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Train (or resume) and write the checkpoint to ``out``; return a summary."""
+    """Train (or resume) and write the checkpoint to ``out``; return a summary.
+
+    ``init_from``: start from that checkpoint's weights (same model config)
+    with a fresh optimizer and schedule, e.g. to fine-tune with other losses.
+    """
     from tqdm import tqdm
 
     cfg, tcfg = file_cfg.model, file_cfg.train
@@ -224,12 +253,18 @@ def train(
     lang_val = lang_all[[instructions.index(s) for s in val_set.instructions]] if val_set else None
 
     policy = VlaPolicy(cfg, stats)
-    probe = make_layout_probe(cfg, train_set) if tcfg.layout_loss_weight > 0 else None
-    params = list(policy.parameters()) + (list(probe.parameters()) if probe else [])
+    probes = make_probes(cfg, train_set, tcfg)
+    weights = {"layout": tcfg.layout_loss_weight, "goal": tcfg.goal_loss_weight}
+    params = list(policy.parameters()) + [p for m in probes.values() for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay)
     start_step = 0
-    history: dict[str, list[list[float]]] = {"train_loss": [], "val_loss": [], "layout_loss": []}
+    history: dict[str, list[list[float]]] = {"train_loss": [], "val_loss": []}
     wall_before_s = 0.0
+    if init_from is not None and not (resume and out.is_file()):
+        source = read_checkpoint(init_from)
+        _check_resume_config(source["model_config"], cfg, Path(init_from))
+        for name, state in source["stages"].items():
+            getattr(policy, name).load_state_dict(state)
     if resume and out.is_file():
         payload = read_checkpoint(out)
         _check_resume_config(payload["model_config"], cfg, out)
@@ -239,15 +274,17 @@ def train(
             optimizer.load_state_dict(payload["optimizer"])
         start_step = int(payload.get("step", 0))
         meta = payload.get("meta") or {}
-        probe_state = (payload.get("train_modules") or {}).get("layout_probe")
-        if probe is not None and probe_state is not None:
-            probe.load_state_dict(probe_state)
+        stored = payload.get("train_modules") or {}
+        for name, probe in probes.items():
+            if f"{name}_probe" in stored:
+                probe.load_state_dict(stored[f"{name}_probe"])
         history = meta.get("history", history)
         wall_before_s = float(meta.get("train_wall_time_s", 0.0))
     policy.train()
 
     meta_base = {
         "data": str(data),
+        "init_from": str(init_from) if init_from is not None else None,
         "episodes_train": len(train_eps),
         "episodes_val": len(val_eps),
         "samples_train": len(train_set),
@@ -267,7 +304,7 @@ def train(
             step=step,
             optimizer_state=optimizer.state_dict(),
             meta=meta,
-            train_modules={"layout_probe": probe.state_dict()} if probe is not None else None,
+            train_modules={f"{k}_probe": m.state_dict() for k, m in probes.items()} or None,
         )
 
     bar = tqdm(
@@ -279,17 +316,17 @@ def train(
         dynamic_ncols=True,
     )
     running = None
-    running_layout = None
+    running_aux: dict[str, float] = {}
     for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step, tcfg)
         rng = np.random.default_rng([tcfg.seed, step])
         gen = torch.Generator().manual_seed(tcfg.seed * 1_000_003 + step)
         idx = rng.integers(0, len(train_set), size=tcfg.batch_size)
-        loss, layout_loss = batch_loss(
-            policy, train_set, idx, lang_train, tcfg, gen, augment=True, probe=probe
+        loss, aux = batch_loss(
+            policy, train_set, idx, lang_train, tcfg, gen, augment=True, probes=probes
         )
-        total = loss if layout_loss is None else loss + tcfg.layout_loss_weight * layout_loss
+        total = loss + sum(weights[k] * v for k, v in aux.items())
         optimizer.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip_norm)
@@ -297,20 +334,17 @@ def train(
         value = float(loss.detach())
         running = value if running is None else 0.98 * running + 0.02 * value
         history["train_loss"].append([step, value])
-        if layout_loss is not None:
-            layout_value = float(layout_loss.detach())
-            running_layout = (
-                layout_value
-                if running_layout is None
-                else 0.98 * running_layout + 0.02 * layout_value
-            )
-            history.setdefault("layout_loss", []).append([step, layout_value])
+        for name, term in aux.items():
+            aux_value = float(term.detach())
+            before = running_aux.get(name, aux_value)
+            running_aux[name] = 0.98 * before + 0.02 * aux_value
+            history.setdefault(f"{name}_loss", []).append([step, aux_value])
         done = step + 1
         if val_set is not None and (done % tcfg.val_every == 0 or done == tcfg.steps):
             val = validation_loss(policy, val_set, lang_val, tcfg)
             history["val_loss"].append([done, val])
-            layout_text = "" if running_layout is None else f" layout_loss {running_layout:.4f}"
-            bar.write(f"step {done}: train_loss {running:.4f} val_loss {val:.4f}{layout_text}")
+            aux_text = "".join(f" {k}_loss {v:.4f}" for k, v in running_aux.items())
+            bar.write(f"step {done}: train_loss {running:.4f} val_loss {val:.4f}{aux_text}")
         bar.set_postfix(loss=f"{running:.4f}")
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps:
             _save(done)
@@ -338,6 +372,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, help="override train.steps")
     parser.add_argument("--resume", action="store_true", help="continue from --out if it exists")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--init-from", help="start from this checkpoint's weights (fresh optimizer and schedule)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -346,7 +383,12 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:
         file_cfg.train.steps = args.steps
     summary = train(
-        args.data, args.out, file_cfg, resume=args.resume, progress=not args.no_progress
+        args.data,
+        args.out,
+        file_cfg,
+        resume=args.resume,
+        progress=not args.no_progress,
+        init_from=args.init_from,
     )
     counts = summary["parameter_counts"]
     print(
