@@ -43,6 +43,12 @@ def run_node(
         rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RuntimeError:
+        # A message taken while the context shuts down (SIGINT from the
+        # launcher) fails inside rclpy's executor; after shutdown that is the
+        # normal end, before it a real error.
+        if rclpy.ok():
+            raise
     except VlaEdgeError as exc:
         print(f"[FATAL] {name}: {type(exc).__name__}: {exc}", flush=True)
         return 1
