@@ -135,14 +135,10 @@ def _splice_when_nothing_ahead(
     return True
 
 
-class WeightedMerge:
-    """LeRobot-style blend: ``w_old * old + (1 - w_old) * new`` on overlapping steps."""
+class _OverlapMerge:
+    """Splices when nothing lies ahead in the buffer, else blends (``_blend``)."""
 
-    name = "weighted"
-
-    def __init__(self, old_weight: float, bridge_duration_s: float) -> None:
-        self.old_weight = old_weight
-        self.bridge_duration_s = bridge_duration_s
+    bridge_duration_s: float
 
     def merge(
         self,
@@ -153,7 +149,7 @@ class WeightedMerge:
         current_position: np.ndarray,
         current_velocity: np.ndarray,
     ) -> None:
-        """Blend overlapping steps; keep older buffered points before the chunk."""
+        """Merge a chunk into ``buffer`` (see :class:`MergeStrategy`)."""
         if _splice_when_nothing_ahead(
             buffer,
             times_s,
@@ -164,6 +160,23 @@ class WeightedMerge:
             self.bridge_duration_s,
         ):
             return
+        self._blend(buffer, times_s, positions)
+
+    def _blend(self, buffer: ChunkBuffer, times_s: np.ndarray, positions: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class WeightedMerge(_OverlapMerge):
+    """LeRobot-style blend: ``w_old * old + (1 - w_old) * new`` on overlapping steps."""
+
+    name = "weighted"
+
+    def __init__(self, old_weight: float, bridge_duration_s: float) -> None:
+        self.old_weight = old_weight
+        self.bridge_duration_s = bridge_duration_s
+
+    def _blend(self, buffer: ChunkBuffer, times_s: np.ndarray, positions: np.ndarray) -> None:
+        """Blend overlapping steps; keep older buffered points before the chunk."""
         overlap = _overlap(buffer, times_s)
         merged = positions.copy()
         if np.any(overlap):
@@ -176,7 +189,7 @@ class WeightedMerge:
         )
 
 
-class EnsembleMerge:
+class EnsembleMerge(_OverlapMerge):
     """ACT temporal ensembling with weights ``exp(-decay * i)`` (``i = 0`` oldest)."""
 
     name = "ensemble"
@@ -185,26 +198,8 @@ class EnsembleMerge:
         self.decay = decay
         self.bridge_duration_s = bridge_duration_s
 
-    def merge(
-        self,
-        buffer: ChunkBuffer,
-        times_s: np.ndarray,
-        positions: np.ndarray,
-        now_s: float,
-        current_position: np.ndarray,
-        current_velocity: np.ndarray,
-    ) -> None:
+    def _blend(self, buffer: ChunkBuffer, times_s: np.ndarray, positions: np.ndarray) -> None:
         """Fold the new predictions into the per-target-time weighted means."""
-        if _splice_when_nothing_ahead(
-            buffer,
-            times_s,
-            positions,
-            now_s,
-            current_position,
-            current_velocity,
-            self.bridge_duration_s,
-        ):
-            return
         n = times_s.shape[0]
         overlap = _overlap(buffer, times_s)
         means = positions.copy()
