@@ -66,7 +66,6 @@ class Int8RowEmbedding(nn.Module):
         qweight = torch.round(weight / scale).clamp(-127, 127).to(torch.int8)
         self.register_buffer("qweight", qweight)
         self.register_buffer("scale", scale)
-        self.padding_idx = embedding.padding_idx
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of the table, dequantised after the gather."""
