@@ -225,7 +225,8 @@ def prepare_exports(
                 backend,
                 quant,
                 checkpoint=checkpoint,
-                reuse_language_from=language_from.get(name),
+                # a stale export of the same model may still hold a usable language program
+                reuse_language_from=language_from.get(name, folder if folder.is_dir() else None),
                 log=log,
             )
         language_from.setdefault(name, folder)

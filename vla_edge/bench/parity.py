@@ -87,36 +87,6 @@ def observations_from_data(
     return out
 
 
-def observations_from_env(
-    cameras: list[str], image_hw: tuple[int, int], horizon: int, count: int
-) -> list[tuple[Observation, np.ndarray]]:
-    """Observations rendered while the scripted expert drives each task (eval states)."""
-    from vla_edge.runners.expert import ExpertRunner
-    from vla_edge.sim.env import TabletopEnv
-    from vla_edge.sim.tasks import list_tasks
-
-    env = TabletopEnv(image_hw[0], image_hw[1], cameras=cameras)
-    expert = ExpertRunner(env, chunk_horizon=horizon)
-    tasks = list_tasks()
-    per_task = max(1, -(-count // len(tasks)))
-    substeps = int(round(0.1 / env.control_dt_s))
-    out: list[tuple[Observation, np.ndarray]] = []
-    try:
-        for t, task in enumerate(tasks):
-            obs = env.reset(task, t % 50)
-            expert.expert.reset()
-            for k in range(per_task * 4):
-                chunk = expert.infer(obs)
-                if k % 4 == 0:
-                    out.append((obs, chunk.positions.copy()))
-                for _ in range(substeps):
-                    env.step(chunk.positions[1])
-                obs = env.observe(render=True)
-    finally:
-        env.close()
-    return out[:count]
-
-
 # ---------------------------------------------------------------- metrics
 def compare(
     reference: np.ndarray, candidate: np.ndarray, reference_rel: np.ndarray, cand_rel: np.ndarray
@@ -184,7 +154,9 @@ def run_parity(args: argparse.Namespace) -> dict[str, Any]:
         )
         source = f"data:{args.data}"
     else:
-        samples = observations_from_env(list(cfg.cameras), hw, cfg.chunk_horizon, args.samples)
+        from vla_edge.sim.frames import expert_observations
+
+        samples = expert_observations(list(cfg.cameras), hw, cfg.chunk_horizon, args.samples)
         source = "env:scripted_expert"
     gen = torch.Generator().manual_seed(int(args.seed))
     cases = []

@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--flow-steps", type=int, default=None, help="override K")
     parser.add_argument(
+        "--calibration-frames",
+        type=int,
+        default=None,
+        help="8da4w: tabletop frames that calibrate the int8 convolutions "
+        "(default: pipeline.CALIBRATION_FRAMES; 0 keeps them fp32)",
+    )
+    parser.add_argument(
         "--untrained-config",
         type=Path,
         default=None,
@@ -78,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
             checkpoint=checkpoint,
             language_backend=args.language_backend,
             reuse_language_from=args.reuse_language_from,
+            **(
+                {}
+                if args.calibration_frames is None
+                else {"calibration_frames": args.calibration_frames}
+            ),
         )
     except VlaEdgeError as exc:
         print(f"vla-edge export: {exc}", file=sys.stderr)

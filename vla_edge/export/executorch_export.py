@@ -8,7 +8,13 @@
   which XNNPACK runs as one fused kernel. Every ``nn.Embedding`` (MiniLM's
   30522-row word table is half of the language program) becomes int8 with one
   fp32 scale per row (:class:`Int8RowEmbedding`): the rows are gathered as
-  int8 and only the gathered rows are dequantised. Convolutions stay fp32.
+  int8 and only the gathered rows are dequantised. Every ``nn.Conv2d`` (the
+  vision encoder's trunk) becomes static int8 — symmetric per-output-channel
+  weights, per-tensor activations observed on calibration frames (PT2E with
+  the XNNPACK quantizer, convolutions only) — which XNNPACK runs as its
+  quantised convolution; norms and everything between stay fp32. Dynamic int8
+  convolutions lower but fail in ExecuTorch 1.5's runtime ("Propagating input
+  shapes failed"), hence the calibration.
 
 Norms and attention are first rewritten with ops XNNPACK takes
 (:mod:`vla_edge.export.xnnpack_rewrites`), so each stage lowers to few
@@ -27,6 +33,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from vla_edge.core.errors import ConfigError
 from vla_edge.export.stages import StageProgram
 
 GROUP_SIZE = 32
@@ -83,13 +90,62 @@ def quantize_embeddings_int8(module: nn.Module) -> tuple[nn.Module, int]:
     return module, count
 
 
-def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict[str, Any]:
+def count_convs(module: nn.Module) -> int:
+    """Number of ``nn.Conv2d`` layers in ``module``."""
+    return sum(1 for m in module.modules() if isinstance(m, nn.Conv2d))
+
+
+def quantize_convs_int8(
+    module: nn.Module,
+    example_inputs: tuple[torch.Tensor, ...],
+    calibration: list[tuple[torch.Tensor, ...]],
+) -> nn.Module:
+    """``module`` as a graph whose convolutions are static int8 (see the module docstring).
+
+    Args:
+        module: the (possibly already 8da4w) stage.
+        example_inputs: the export's example inputs (shapes).
+        calibration: inputs like ``example_inputs`` that the activation
+            observers see (real frames; random pixels would misplace the ranges).
+
+    Raises:
+        ConfigError: no calibration inputs.
+    """
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    if not calibration:
+        raise ConfigError("int8 convolutions need calibration inputs, got none")
+    quantizer = XNNPACKQuantizer().set_operator_type(
+        torch.ops.aten.conv2d.default, get_symmetric_quantization_config(is_per_channel=True)
+    )
+    graph = torch.export.export(module, example_inputs, strict=False).module()
+    prepared = prepare_pt2e(graph, quantizer)
+    with torch.no_grad():
+        for inputs in calibration:
+            prepared(*inputs)
+    return convert_pt2e(prepared)
+
+
+def export_stage_executorch(
+    stage: StageProgram,
+    path: Path,
+    quant: str,
+    calibration: list[tuple[torch.Tensor, ...]] | None = None,
+) -> dict[str, Any]:
     """Lower ``stage`` to XNNPACK and write the ``.pte`` program.
+
+    ``calibration`` (8da4w only): inputs for the int8 convolutions' activation
+    ranges; without it a stage's convolutions stay fp32.
 
     Returns:
         ``{"delegation": {"delegated_subgraphs", "delegated_nodes",
         "non_delegated_nodes", "non_delegated_ops": {op: count}},
-        "quantized_linears", "fp32_linears", "int8_embeddings", "rewritten_for_xnnpack"}``.
+        "quantized_linears", "fp32_linears", "int8_embeddings", "int8_convs",
+        "fp32_convs", "calibration_inputs", "rewritten_for_xnnpack"}``.
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info
@@ -100,9 +156,14 @@ def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict
     module, rewrites = rewrite_for_xnnpack(stage.module.eval())
     quantized, skipped = 0, sum(1 for m in module.modules() if isinstance(m, nn.Linear))
     embeddings = 0
+    convs = count_convs(module)
+    int8_convs = 0
     if quant == "8da4w":
         module, quantized, skipped = quantize_8da4w(module)
         module, embeddings = quantize_embeddings_int8(module)
+        if convs and calibration:
+            module = quantize_convs_int8(module, stage.example_inputs, calibration)
+            int8_convs = convs
     with torch.no_grad():
         exported = torch.export.export(module, stage.example_inputs, strict=False)
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
@@ -114,6 +175,9 @@ def export_stage_executorch(stage: StageProgram, path: Path, quant: str) -> dict
         "quantized_linears": quantized,
         "fp32_linears": skipped,
         "int8_embeddings": embeddings,
+        "int8_convs": int8_convs,
+        "fp32_convs": convs - int8_convs,
+        "calibration_inputs": len(calibration or []) if int8_convs else 0,
         "rewritten_for_xnnpack": rewrites,
     }
 

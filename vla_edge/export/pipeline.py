@@ -38,8 +38,14 @@ from vla_edge.export.manifest import (
 from vla_edge.export.stages import StageProgram, policy_stages, shape_fields
 from vla_edge.policy.model import VlaPolicy
 
-EXPORTER_REVISION = 2
+EXPORTER_REVISION = 3
 """Bumped when the exporter's output changes for the same model and package versions."""
+
+LANGUAGE_EXPORTER_REVISION = 2
+"""The same for the language program alone (a matching one may be reused)."""
+
+CALIBRATION_FRAMES = 24
+"""Rendered frames per camera that calibrate the int8 convolutions of an 8da4w export."""
 
 VERSION_PACKAGES = (
     "torch",
@@ -91,7 +97,31 @@ def _run_program(backend: str, path: Path, inputs: tuple[torch.Tensor, ...]) -> 
     return module.forward([t.contiguous() for t in inputs])[0].numpy()
 
 
-def _export_stage(stage: StageProgram, backend: str, quant: str, out_dir: Path) -> dict[str, Any]:
+def calibration_images(policy: VlaPolicy, frames: int) -> list[tuple[torch.Tensor]]:
+    """``frames`` vision-encoder inputs rendered from the tabletop while the expert works.
+
+    Training-split init states (the demonstrations' distribution), never the
+    evaluation's; each input holds every camera of one observation.
+    """
+    from vla_edge.runners.preprocess import images_to_nchw
+    from vla_edge.sim.frames import expert_observations
+
+    cfg = policy.config
+    samples = expert_observations(
+        list(cfg.cameras), (cfg.image_height, cfg.image_width), cfg.chunk_horizon, frames, "train"
+    )
+    return [
+        (torch.from_numpy(images_to_nchw(obs.images, tuple(cfg.cameras))),) for obs, _ in samples
+    ]
+
+
+def _export_stage(
+    stage: StageProgram,
+    backend: str,
+    quant: str,
+    out_dir: Path,
+    calibration: list[tuple[torch.Tensor, ...]] | None = None,
+) -> dict[str, Any]:
     path = out_dir / f"{stage.name}{STAGE_SUFFIX[backend]}"
     t0 = time.perf_counter()
     if backend == "onnx":
@@ -101,7 +131,7 @@ def _export_stage(stage: StageProgram, backend: str, quant: str, out_dir: Path) 
     else:
         from vla_edge.export.executorch_export import export_stage_executorch
 
-        details = export_stage_executorch(stage, path, quant)
+        details = export_stage_executorch(stage, path, quant, calibration)
     export_s = time.perf_counter() - t0
     with torch.inference_mode():
         reference = stage.module(*stage.example_inputs).numpy()
@@ -134,10 +164,12 @@ def _reuse_language(
         or entry["quant"] != quant
         or other.data["max_instruction_tokens"] != max_tokens
         or other.data["exporter"].get("versions") != package_versions()
-        or other.data["exporter"].get("revision") != EXPORTER_REVISION
+        or other.data["exporter"].get("language_revision", other.data["exporter"].get("revision"))
+        != LANGUAGE_EXPORTER_REVISION
     ):
         return None
-    shutil.copyfile(source_dir / entry["file"], out_dir / entry["file"])
+    if source_dir.resolve() != out_dir.resolve():
+        shutil.copyfile(source_dir / entry["file"], out_dir / entry["file"])
     entry["reused_from"] = str(source_dir)
     return entry
 
@@ -151,6 +183,7 @@ def export_policy(
     checkpoint: Path | None = None,
     language_backend: str | None = None,
     reuse_language_from: Path | None = None,
+    calibration_frames: int = CALIBRATION_FRAMES,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Export every stage of ``policy`` to ``out_dir`` and write the manifest.
@@ -166,6 +199,8 @@ def export_policy(
         reuse_language_from: an export directory whose language program may be
             copied instead of exported again when backend, quant, token length
             and exporter versions match.
+        calibration_frames: 8da4w only: frames rendered from the tabletop
+            that calibrate the int8 convolutions (0 keeps them fp32).
         log: progress printer.
 
     Returns:
@@ -183,6 +218,8 @@ def export_policy(
     language_backend = language_backend or backend
     if language_backend not in BACKENDS:
         raise ConfigError(f"language_backend = {language_backend!r}, expected one of {BACKENDS}")
+    if calibration_frames < 0:
+        raise ConfigError(f"calibration_frames = {calibration_frames}, expected >= 0")
     language_quant = quant if language_backend == "executorch" else "fp32"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +242,10 @@ def export_policy(
     for stage in policy_stages(policy, names):
         stage_backend = language_backend if stage.name == "language_encoder" else backend
         stage_quant = language_quant if stage.name == "language_encoder" else quant
-        entry = _export_stage(stage, stage_backend, stage_quant, out_dir)
+        calibration = None
+        if stage.name == "vision_encoder" and stage_quant == "8da4w" and calibration_frames:
+            calibration = calibration_images(policy, calibration_frames)
+        entry = _export_stage(stage, stage_backend, stage_quant, out_dir, calibration)
         stages_data[stage.name] = entry
         line = (
             f"{stage.name}: {entry['file']} {entry['bytes'] / 2**20:.2f} MiB in "
@@ -237,6 +277,7 @@ def export_policy(
         "source": _source_info(policy, checkpoint),
         "exporter": {
             "revision": EXPORTER_REVISION,
+            "language_revision": LANGUAGE_EXPORTER_REVISION,
             "versions": package_versions(),
             "group_size_8da4w": 32,
         },
