@@ -104,3 +104,15 @@ def test_manifest_missing_a_field_or_a_program_is_refused(onnx_dir, tmp_path) ->
         load_manifest(gone)
     with pytest.raises(ManifestMismatchError, match="manifest.json not found"):
         load_manifest(tmp_path)
+
+
+def test_language_programs_from_before_int8_rows_are_not_reused() -> None:
+    from vla_edge.export.pipeline import LANGUAGE_EXPORTER_REVISION, _language_revision
+
+    current = LANGUAGE_EXPORTER_REVISION
+    assert _language_revision({"revision": 3, "language_revision": current}, {}) == current
+    old = {"revision": 2}
+    assert _language_revision(old, {"quant": "fp32"}) == current
+    assert _language_revision(old, {"quant": "8da4w", "int8_embeddings": 3}) == current
+    assert _language_revision(old, {"quant": "8da4w"}) != current
+    assert _language_revision({"revision": 1}, {"quant": "fp32"}) is None

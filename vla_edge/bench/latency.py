@@ -176,7 +176,11 @@ def runtime_import_costs() -> dict[str, Any]:
 def _same_export(folder: Path, policy: Any, trained: bool) -> bool:
     """An existing export of exactly this model config and exporter versions."""
     from vla_edge.export.manifest import load_manifest
-    from vla_edge.export.pipeline import EXPORTER_REVISION, package_versions
+    from vla_edge.export.pipeline import (
+        EXPORTER_REVISION,
+        LANGUAGE_EXPORTER_REVISION,
+        package_versions,
+    )
 
     try:
         manifest = load_manifest(folder)
@@ -188,6 +192,7 @@ def _same_export(folder: Path, policy: Any, trained: bool) -> bool:
         and data["flow_steps"] == policy.action_head.flow_steps
         and data["exporter"].get("versions") == package_versions()
         and data["exporter"].get("revision") == EXPORTER_REVISION
+        and data["exporter"].get("language_revision") == LANGUAGE_EXPORTER_REVISION
         and bool(data["source"].get("trained")) == trained
         and (
             not trained
@@ -370,7 +375,12 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
         )
     results: list[dict[str, Any]] = []
     sizes: dict[str, Any] = {}
-    language_from: dict[str, Path] = {}
+    # the language program does not depend on the policy: any matching one is copied
+    language_from = {
+        f"{b}_{q}": args.export_root / f"{b}_{q}"
+        for b, q in EXPORTS
+        if (args.export_root / f"{b}_{q}").is_dir()
+    }
     failures: list[dict[str, Any]] = []
     for model in models:
         trained = model["label"] == "native"

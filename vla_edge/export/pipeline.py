@@ -41,8 +41,14 @@ from vla_edge.policy.model import VlaPolicy
 EXPORTER_REVISION = 3
 """Bumped when the exporter's output changes for the same model and package versions."""
 
-LANGUAGE_EXPORTER_REVISION = 2
-"""The same for the language program alone (a matching one may be reused)."""
+LANGUAGE_EXPORTER_REVISION = 3
+"""The same for the language program alone (a matching one may be reused).
+
+3: 8da4w embedding tables as int8 rows. Manifests written before this field
+existed say only ``revision`` (2, with or without the int8 rows); their
+language program counts as revision 3 when it is fp32 or records int8
+embeddings.
+"""
 
 CALIBRATION_FRAMES = 24
 """Rendered frames per camera that calibrate the int8 convolutions of an 8da4w export."""
@@ -150,6 +156,15 @@ def _export_stage(
     }
 
 
+def _language_revision(exporter: dict[str, Any], entry: dict[str, Any]) -> int | None:
+    """The language exporter revision that wrote ``entry`` (see LANGUAGE_EXPORTER_REVISION)."""
+    if "language_revision" in exporter:
+        return int(exporter["language_revision"])
+    if exporter.get("revision") != 2:
+        return None
+    return 3 if entry["quant"] == "fp32" or entry.get("int8_embeddings", 0) > 0 else 2
+
+
 def _reuse_language(
     source_dir: Path, out_dir: Path, backend: str, quant: str, max_tokens: int
 ) -> dict[str, Any] | None:
@@ -164,8 +179,7 @@ def _reuse_language(
         or entry["quant"] != quant
         or other.data["max_instruction_tokens"] != max_tokens
         or other.data["exporter"].get("versions") != package_versions()
-        or other.data["exporter"].get("language_revision", other.data["exporter"].get("revision"))
-        != LANGUAGE_EXPORTER_REVISION
+        or _language_revision(other.data["exporter"], entry) != LANGUAGE_EXPORTER_REVISION
     ):
         return None
     if source_dir.resolve() != out_dir.resolve():
