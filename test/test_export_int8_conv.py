@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from policy_synthetic import tiny_config
+from policy_synthetic import tiny_config, write_dataset
 
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.executorch_export import export_stage_executorch, quantize_convs_int8
@@ -34,6 +34,14 @@ def test_calibration_frames_are_rendered_tabletop_images_from_training_states(fr
     assert not np.array_equal(train.images["agentview"], evaluation.images["agentview"])
     first = frames[0][0][0].numpy().transpose(1, 2, 0)
     np.testing.assert_allclose(first, train.images["agentview"] / 255.0, atol=1e-6)
+
+
+def test_calibration_frames_can_come_from_recorded_demonstrations(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=2, steps=10)
+    policy = VlaPolicy(tiny_config(vision_keypoints=4))
+    frames = calibration_images(policy, 5, data)
+    assert len(frames) == 5 and frames[0][0].shape == (2, 3, 32, 32)
+    assert not torch.equal(frames[0][0], frames[-1][0])
 
 
 def _vision_stage():

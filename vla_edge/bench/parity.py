@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from vla_edge.core.errors import VlaEdgeError
-from vla_edge.core.types import Observation
 
 PAIRS = ("onnx_fp32", "executorch_fp32", "executorch_8da4w")
 TARGET_RMS_PCT = {"fp32": 0.1, "8da4w": 5.0}
@@ -61,30 +60,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=64, help="observations compared")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-
-
-# ---------------------------------------------------------------- observations
-def observations_from_data(
-    path: Path, cameras: list[str], image_hw: tuple[int, int], action_dim: int, count: int
-) -> list[tuple[Observation, np.ndarray]]:
-    """``count`` (observation, recorded action rows from it) spread over the episodes."""
-    from vla_edge.policy.data import load_episodes
-
-    episodes = load_episodes(path, cameras, image_hw, action_dim)
-    steps = [(e, k) for e, ep in enumerate(episodes) for k in range(ep.length)]
-    picks = np.linspace(0, len(steps) - 1, num=min(count, len(steps))).round().astype(int)
-    out = []
-    for i in picks:
-        e, k = steps[int(i)]
-        ep = episodes[e]
-        obs = Observation(
-            stamp_s=0.1 * k,
-            images={cam: ep.images[cam][k] for cam in cameras},
-            state=ep.state[k].astype(np.float64),
-            instruction=ep.instruction,
-        )
-        out.append((obs, ep.actions[k:].astype(np.float64)))
-    return out
 
 
 # ---------------------------------------------------------------- metrics
@@ -149,7 +124,9 @@ def run_parity(args: argparse.Namespace) -> dict[str, Any]:
     cfg = policy.config
     hw = (cfg.image_height, cfg.image_width)
     if args.data is not None:
-        samples = observations_from_data(
+        from vla_edge.sim.frames import recorded_observations
+
+        samples = recorded_observations(
             args.data, list(cfg.cameras), hw, cfg.action_dim, args.samples
         )
         source = f"data:{args.data}"

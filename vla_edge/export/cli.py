@@ -39,8 +39,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--calibration-frames",
         type=int,
         default=None,
-        help="8da4w: tabletop frames that calibrate the int8 convolutions "
+        help="8da4w: frames that calibrate the int8 convolutions "
         "(default: pipeline.CALIBRATION_FRAMES; 0 keeps them fp32)",
+    )
+    parser.add_argument(
+        "--calibration-data",
+        type=Path,
+        default=None,
+        help="8da4w: take those frames from these demonstrations (HDF5 file or folder) "
+        "instead of rendering them from the tabletop",
     )
     parser.add_argument(
         "--untrained-config",
@@ -85,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint=checkpoint,
             language_backend=args.language_backend,
             reuse_language_from=args.reuse_language_from,
+            calibration_data=args.calibration_data,
             **(
                 {}
                 if args.calibration_frames is None

@@ -103,19 +103,25 @@ def _run_program(backend: str, path: Path, inputs: tuple[torch.Tensor, ...]) -> 
     return module.forward([t.contiguous() for t in inputs])[0].numpy()
 
 
-def calibration_images(policy: VlaPolicy, frames: int) -> list[tuple[torch.Tensor]]:
-    """``frames`` vision-encoder inputs rendered from the tabletop while the expert works.
+def calibration_images(
+    policy: VlaPolicy, frames: int, data: Path | None = None
+) -> list[tuple[torch.Tensor]]:
+    """``frames`` vision-encoder inputs, each holding every camera of one observation.
 
-    Training-split init states (the demonstrations' distribution), never the
-    evaluation's; each input holds every camera of one observation.
+    From recorded demonstrations (``data``: HDF5 file or folder, spread evenly
+    over its episodes) when given — the choice for a real camera — else
+    rendered from the tabletop while the expert works, from training-split
+    init states (the demonstrations' distribution), never the evaluation's.
     """
     from vla_edge.runners.preprocess import images_to_nchw
-    from vla_edge.sim.frames import expert_observations
+    from vla_edge.sim.frames import expert_observations, recorded_observations
 
     cfg = policy.config
-    samples = expert_observations(
-        list(cfg.cameras), (cfg.image_height, cfg.image_width), cfg.chunk_horizon, frames, "train"
-    )
+    hw = (cfg.image_height, cfg.image_width)
+    if data is not None:
+        samples = recorded_observations(data, list(cfg.cameras), hw, cfg.action_dim, frames)
+    else:
+        samples = expert_observations(list(cfg.cameras), hw, cfg.chunk_horizon, frames, "train")
     return [
         (torch.from_numpy(images_to_nchw(obs.images, tuple(cfg.cameras))),) for obs, _ in samples
     ]
@@ -198,6 +204,7 @@ def export_policy(
     language_backend: str | None = None,
     reuse_language_from: Path | None = None,
     calibration_frames: int = CALIBRATION_FRAMES,
+    calibration_data: Path | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Export every stage of ``policy`` to ``out_dir`` and write the manifest.
@@ -213,8 +220,10 @@ def export_policy(
         reuse_language_from: an export directory whose language program may be
             copied instead of exported again when backend, quant, token length
             and exporter versions match.
-        calibration_frames: 8da4w only: frames rendered from the tabletop
-            that calibrate the int8 convolutions (0 keeps them fp32).
+        calibration_frames: 8da4w only: frames that calibrate the int8
+            convolutions (0 keeps them fp32).
+        calibration_data: demonstrations to take those frames from (default:
+            render them from the tabletop).
         log: progress printer.
 
     Returns:
@@ -258,7 +267,7 @@ def export_policy(
         stage_quant = language_quant if stage.name == "language_encoder" else quant
         calibration = None
         if stage.name == "vision_encoder" and stage_quant == "8da4w" and calibration_frames:
-            calibration = calibration_images(policy, calibration_frames)
+            calibration = calibration_images(policy, calibration_frames, calibration_data)
         entry = _export_stage(stage, stage_backend, stage_quant, out_dir, calibration)
         stages_data[stage.name] = entry
         line = (

@@ -1,11 +1,15 @@
-"""Observations rendered while the scripted expert drives each task.
+"""Real observations for the benchmarks and the export's calibration.
 
-Used where a real camera frame is needed without recorded data: the parity
-benchmark's default inputs (evaluation init states) and the int8 calibration
-of the exported convolutions (training init states, like the demonstrations).
+* :func:`expert_observations`: rendered while the scripted expert drives each
+  task — the parity benchmark's default inputs (evaluation init states) and
+  the int8 calibration of the exported convolutions (training init states,
+  like the demonstrations);
+* :func:`recorded_observations`: taken from recorded demonstrations (HDF5).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -53,3 +57,26 @@ def expert_observations(
     finally:
         env.close()
     return out[:count]
+
+
+def recorded_observations(
+    path: Path, cameras: list[str], image_hw: tuple[int, int], action_dim: int, count: int
+) -> list[tuple[Observation, np.ndarray]]:
+    """``count`` (observation, recorded action rows from it) spread over the episodes."""
+    from vla_edge.policy.data import load_episodes
+
+    episodes = load_episodes(path, cameras, image_hw, action_dim)
+    steps = [(e, k) for e, ep in enumerate(episodes) for k in range(ep.length)]
+    picks = np.linspace(0, len(steps) - 1, num=min(count, len(steps))).round().astype(int)
+    out = []
+    for i in picks:
+        e, k = steps[int(i)]
+        ep = episodes[e]
+        obs = Observation(
+            stamp_s=0.1 * k,
+            images={cam: ep.images[cam][k] for cam in cameras},
+            state=ep.state[k].astype(np.float64),
+            instruction=ep.instruction,
+        )
+        out.append((obs, ep.actions[k:].astype(np.float64)))
+    return out
