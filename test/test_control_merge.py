@@ -108,6 +108,16 @@ def test_replace_splice_velocity_jump_stays_within_what_the_limiter_allows() -> 
     assert _max_velocity_jump("replace", bridge_duration_s=0.0) > 3.0 * allowed
 
 
+@pytest.mark.parametrize("merge", ["weighted", "ensemble"])
+def test_blended_plan_is_joined_from_the_commanded_state(merge: str) -> None:
+    safety = load_node_params("config/safety.yaml", "safety_node", SafetyConfig)
+    allowed = min(safety.acceleration_limit_per_s2[:6]) / safety.rate_hz
+    jump = _max_velocity_jump(merge, bridge_duration_s=0.2)
+    assert jump <= allowed, f"velocity jump {jump} rad/s per tick > {allowed}"
+    # Without the bridge (LeRobot's and ACT's way) the same blend jumps.
+    assert _max_velocity_jump(merge, bridge_duration_s=0.0) > 3.0 * allowed
+
+
 def test_prefix_uses_a_splice_no_longer_than_one_action_step() -> None:
     controller = controller_for("prefix", bridge_duration_s=0.2)
     controller.submit(ramp_chunk(0.0, 0.0, 0.5), now_s=0.0)

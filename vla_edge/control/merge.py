@@ -5,6 +5,9 @@
   velocity to the new chunk, so the command stays velocity-continuous.
 * ``weighted``: LeRobot's async aggregation: on overlapping target times the
   buffer becomes ``w_old * old + (1 - w_old) * new``; later steps are the new ones.
+  Like ``ensemble`` below, the blended plan is joined from the commanded state
+  with the same bridge as ``replace`` (``bridge_duration_s = 0`` blends
+  without one, as LeRobot does).
 * ``ensemble``: ACT temporal ensembling: every prediction made for a target
   time is averaged with weight ``exp(-decay * i)``, ``i = 0`` the oldest. The
   buffer keeps the exact sufficient statistics (weighted mean, weight sum and
@@ -57,8 +60,26 @@ def splice(
 ) -> None:
     """Replace the buffer by the chunk, bridged from the current state at ``now_s``."""
     buffer.set(times_s, positions)
+    bridge_to_plan(
+        buffer, now_s, current_position, current_velocity, bridge_duration_s, float(times_s[0])
+    )
+
+
+def bridge_to_plan(
+    buffer: ChunkBuffer,
+    now_s: float,
+    current_position: np.ndarray,
+    current_velocity: np.ndarray,
+    bridge_duration_s: float,
+    first_s: float,
+) -> None:
+    """Join the commanded state at ``now_s`` to the buffered plan with a cubic bridge.
+
+    The bridge ends ``bridge_duration_s`` after ``now_s``, or at the plan's
+    first point ``first_s`` if that is later (never past the plan's end).
+    """
     end_s = min(now_s + bridge_duration_s, buffer.end_s)
-    end_s = max(end_s, min(float(times_s[0]), buffer.end_s))
+    end_s = max(end_s, min(first_s, buffer.end_s))
     duration_s = end_s - now_s
     if duration_s <= 0.0:
         return
@@ -136,7 +157,12 @@ def _splice_when_nothing_ahead(
 
 
 class _OverlapMerge:
-    """Splices when nothing lies ahead in the buffer, else blends (``_blend``)."""
+    """Splices when nothing lies ahead in the buffer, else blends (``_blend``).
+
+    A blend changes the plan under the current command, so it too is joined
+    from the commanded state with a bridge of ``bridge_duration_s`` (0: none,
+    as LeRobot and ACT execute it).
+    """
 
     bridge_duration_s: float
 
@@ -161,6 +187,10 @@ class _OverlapMerge:
         ):
             return
         self._blend(buffer, times_s, positions)
+        if self.bridge_duration_s > 0.0:
+            bridge_to_plan(
+                buffer, now_s, current_position, current_velocity, self.bridge_duration_s, now_s
+            )
 
     def _blend(self, buffer: ChunkBuffer, times_s: np.ndarray, positions: np.ndarray) -> None:
         raise NotImplementedError

@@ -117,6 +117,7 @@ def controller_config_for(
     else:  # lerobot
         update["merge"] = "weighted"
         update["weighted_old_weight"] = 0.3
+        update["bridge_duration_s"] = 0.0  # LeRobot blends without a bridge
         update["infer_trigger"] = "threshold"
         update["threshold_fraction"] = 0.5
     return base.model_copy(update=update)
