@@ -83,3 +83,14 @@ def test_int8_convolutions_refuse_an_empty_calibration() -> None:
     stage = _vision_stage()
     with pytest.raises(ConfigError, match="calibration"):
         quantize_convs_int8(stage.module, stage.example_inputs, [])
+
+
+def test_missing_calibration_data_is_refused_before_any_export(tmp_path: Path) -> None:
+    from vla_edge.export.pipeline import export_policy
+
+    policy = VlaPolicy(tiny_config(vision_keypoints=4))
+    with pytest.raises(ConfigError, match="calibration_data"):
+        export_policy(
+            policy, tmp_path / "out", "executorch", "8da4w", calibration_data=tmp_path / "none"
+        )
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -51,7 +51,7 @@ embeddings.
 """
 
 CALIBRATION_FRAMES = 24
-"""Rendered frames per camera that calibrate the int8 convolutions of an 8da4w export."""
+"""Observations (every camera of each) that calibrate the int8 convolutions of an 8da4w export."""
 
 VERSION_PACKAGES = (
     "torch",
@@ -243,6 +243,8 @@ def export_policy(
         raise ConfigError(f"language_backend = {language_backend!r}, expected one of {BACKENDS}")
     if calibration_frames < 0:
         raise ConfigError(f"calibration_frames = {calibration_frames}, expected >= 0")
+    if calibration_data is not None and not Path(calibration_data).exists():
+        raise ConfigError(f"calibration_data = {str(calibration_data)!r}: no such file or folder")
     language_quant = quant if language_backend == "executorch" else "fp32"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
