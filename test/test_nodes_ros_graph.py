@@ -256,7 +256,8 @@ def test_bad_input_is_counted_never_crashes_and_never_moves_the_arm(ros_graph):
 
     from vla_edge.nodes.conversions import array_to_image
 
-    assert wait_for(lambda: _at_rest(probe, probe.safe, 0.5, tol=1e-4), 10.0)
+    # the expert may still be finishing its task on a loaded machine
+    assert wait_for(lambda: _at_rest(probe, probe.safe, 0.5, tol=1e-4), 30.0)
     t0 = time.monotonic()
     stamp_s = probe.node.get_clock().now().nanoseconds * 1e-9
     wrong_encoding = array_to_image(np.zeros((64, 64, 3), np.uint8), stamp_s)
