@@ -164,7 +164,8 @@ class _OverlapMerge:
     as LeRobot and ACT execute it).
     """
 
-    bridge_duration_s: float
+    def __init__(self, bridge_duration_s: float) -> None:
+        self.bridge_duration_s = bridge_duration_s
 
     def merge(
         self,
@@ -202,8 +203,8 @@ class WeightedMerge(_OverlapMerge):
     name = "weighted"
 
     def __init__(self, old_weight: float, bridge_duration_s: float) -> None:
+        super().__init__(bridge_duration_s)
         self.old_weight = old_weight
-        self.bridge_duration_s = bridge_duration_s
 
     def _blend(self, buffer: ChunkBuffer, times_s: np.ndarray, positions: np.ndarray) -> None:
         """Blend overlapping steps; keep older buffered points before the chunk."""
@@ -225,8 +226,8 @@ class EnsembleMerge(_OverlapMerge):
     name = "ensemble"
 
     def __init__(self, decay: float, bridge_duration_s: float) -> None:
+        super().__init__(bridge_duration_s)
         self.decay = decay
-        self.bridge_duration_s = bridge_duration_s
 
     def _blend(self, buffer: ChunkBuffer, times_s: np.ndarray, positions: np.ndarray) -> None:
         """Fold the new predictions into the per-target-time weighted means."""

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from vla_edge.export.pipeline import export_policy
+    from vla_edge.export.pipeline import CALIBRATION_FRAMES, export_policy
     from vla_edge.policy.model import VlaPolicy, load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path
 
@@ -93,10 +93,8 @@ def run(args: argparse.Namespace) -> int:
             language_backend=args.language_backend,
             reuse_language_from=args.reuse_language_from,
             calibration_data=args.calibration_data,
-            **(
-                {}
-                if args.calibration_frames is None
-                else {"calibration_frames": args.calibration_frames}
+            calibration_frames=(
+                CALIBRATION_FRAMES if args.calibration_frames is None else args.calibration_frames
             ),
         )
     except VlaEdgeError as exc:
