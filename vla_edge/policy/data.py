@@ -148,15 +148,25 @@ def _scene_targets(attrs: object, task: str) -> tuple[np.ndarray | None, np.ndar
     from vla_edge.core.errors import InitStateOutOfRangeError, UnknownTaskError
     from vla_edge.sim.tasks import OBJECTS, get_task, init_state
 
-    if "init_state_id" not in attrs or "split" not in attrs:
-        return None, None
     try:
-        scene = init_state(task, int(attrs["init_state_id"]), _attr_str(attrs["split"])).scene
         spec = get_task(task)
-    except (UnknownTaskError, InitStateOutOfRangeError, ValueError):
+    except UnknownTaskError:
         return None, None
-    xy = {name: scene.positions_m[name][:2] for name in OBJECTS}
-    xy["target"] = scene.target_xy_m
+    if "scene_xy" in attrs and "scene_names" in attrs:
+        # recovery episodes: the layout where the recording starts (the hand-over)
+        names = [_attr_str(n) for n in attrs["scene_names"]]
+        xy = dict(zip(names, np.asarray(attrs["scene_xy"], dtype=np.float32), strict=True))
+        if any(name not in xy for name in (*OBJECTS, "target")):
+            return None, None
+    elif "init_state_id" in attrs and "split" in attrs:
+        try:
+            scene = init_state(task, int(attrs["init_state_id"]), _attr_str(attrs["split"])).scene
+        except (InitStateOutOfRangeError, ValueError):
+            return None, None
+        xy = {name: scene.positions_m[name][:2] for name in OBJECTS}
+        xy["target"] = scene.target_xy_m
+    else:
+        return None, None
     layout = np.concatenate([xy[name] for name in (*OBJECTS, "target")]).astype(np.float32)
     destination = xy[spec.ref] if spec.ref else xy[spec.obj]
     goal = np.concatenate([xy[spec.obj], destination]).astype(np.float32)

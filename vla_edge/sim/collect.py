@@ -26,12 +26,18 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from vla_edge.core.errors import UnknownTaskError
+from vla_edge.core.errors import ConfigError, UnknownTaskError
+from vla_edge.core.types import Observation
+from vla_edge.runners.base import Runner
 from vla_edge.runners.expert import ExpertRunner
 from vla_edge.sim.env import CAMERAS, TabletopEnv
 from vla_edge.sim.tasks import SUITE, Split, get_task, list_tasks
 
 DT_ACTION_S = 0.1
+# a recovery episode's expert gets at least this long after the hand-over
+RECOVERY_MIN_BUDGET_S = 15.0
+# default range of the policy's share of a recovery episode (s)
+HANDOVER_RANGE_S = (0.5, 8.0)
 # stop recording once success has held this long (shows the release and retreat)
 SUCCESS_HOLD_S = 1.0
 
@@ -53,6 +59,10 @@ class Episode:
     penetrating_contacts: int = 0
     max_joint_speed_rad_per_s: float = 0.0
     replans: int = 0
+    handover_s: float | None = None
+    """Recovery episodes: sim time at which the expert took over from the policy."""
+    scene_xy: dict[str, np.ndarray] | None = None
+    """Recovery episodes: xy of every object and of the target at the hand-over."""
 
 
 def rollout_expert(
@@ -66,19 +76,82 @@ def rollout_expert(
 ) -> Episode:
     """Run the expert on one initial state at 100 Hz, observing every ``dt_action_s``."""
     wall0 = time.perf_counter()
-    spec = get_task(task)
+    obs = env.reset(task, init_state_id, split=split)
+    episode = Episode(task, int(init_state_id), split, env.instruction, False)
+    _record(env, runner, episode, obs, get_task(task).budget_s, render, success_hold_s)
+    episode.wall_s = time.perf_counter() - wall0
+    return episode
+
+
+def rollout_recovery(
+    env: TabletopEnv,
+    runner: ExpertRunner,
+    policy: Runner,
+    task: str,
+    init_state_id: int,
+    handover_s: float,
+    replan_steps: int = 5,
+    split: Split = "train",
+    success_hold_s: float = SUCCESS_HOLD_S,
+) -> Episode:
+    """Let ``policy`` drive for ``handover_s``, then record the expert taking over.
+
+    The policy runs unrecorded, one chunk every ``replan_steps`` policy steps
+    (targets linearly interpolated at 100 Hz, as the expert's are). At the
+    hand-over the expert plans from wherever the policy left the arm and the
+    objects (:meth:`ScriptedExpert.take_over`), so the recorded episode starts
+    in a state the policy itself reaches and shows the way back (re-grasps
+    after a slip included). ``Episode.handover_s`` and ``Episode.scene_xy``
+    (object and target xy at the hand-over) are set.
+    """
+    if replan_steps < 1:
+        raise ValueError(f"replan_steps = {replan_steps}: must be >= 1")
+    wall0 = time.perf_counter()
     obs = env.reset(task, init_state_id, split=split)
     ticks_per_action = int(round(DT_ACTION_S / env.control_dt_s))
-    n_steps = int(round(spec.budget_s / DT_ACTION_S))
+    lead_steps = int(round(handover_s / DT_ACTION_S))
+    chunk, first = None, 0
+    for k in range(lead_steps):
+        if k > 0:
+            obs = env.observe(render=True)
+        if k % replan_steps == 0:
+            chunk, first = policy.infer(obs), k
+        i = min(k - first, chunk.horizon - 2)
+        a0, a1 = chunk.positions[i], chunk.positions[i + 1]
+        for j in range(ticks_per_action):
+            env.step(a0 + (j + 1) / ticks_per_action * (a1 - a0))
     episode = Episode(task, int(init_state_id), split, env.instruction, False)
-    episode.images = {cam: [] for cam in env.cameras}
+    episode.handover_s = env.time_s
+    scene = env.scene_state()
+    episode.scene_xy = {name: scene.positions_m[name][:2].copy() for name in scene.positions_m}
+    episode.scene_xy["target"] = scene.target_xy_m.copy()
+    runner.expert.take_over()
+    budget_s = max(get_task(task).budget_s - env.time_s, RECOVERY_MIN_BUDGET_S)
+    _record(env, runner, episode, env.observe(render=True), budget_s, True, success_hold_s)
+    episode.wall_s = time.perf_counter() - wall0
+    return episode
+
+
+def _record(
+    env: TabletopEnv,
+    runner: ExpertRunner,
+    episode: Episode,
+    obs: Observation,
+    budget_s: float,
+    render: bool,
+    success_hold_s: float,
+) -> None:
+    """Drive the expert from ``obs`` for up to ``budget_s``, appending to ``episode``."""
+    ticks_per_action = int(round(DT_ACTION_S / env.control_dt_s))
+    n_steps = int(round(budget_s / DT_ACTION_S))
+    episode.images = {cam: [] for cam in env.cameras} if render else {}
     prev_q = env.state()[:6]
     success_since_s: float | None = None
     for k in range(n_steps):
         if k > 0:
             obs = env.observe(render=render)
         chunk = runner.infer(obs)
-        for cam in env.cameras if render else ():
+        for cam in episode.images:
             episode.images[cam].append(obs.images[cam])
         episode.states.append(obs.state.astype(np.float32))
         episode.actions.append(chunk.positions[0].astype(np.float32))
@@ -97,10 +170,8 @@ def rollout_expert(
         else:
             success_since_s = None
     episode.duration_s = env.time_s
-    episode.wall_s = time.perf_counter() - wall0
     episode.penetrating_contacts = env.penetrating_contacts()
     episode.replans = runner.expert.replans
-    return episode
 
 
 def write_episode(group: h5py.Group, episode: Episode, seed: int) -> None:
@@ -125,6 +196,11 @@ def write_episode(group: h5py.Group, episode: Episode, seed: int) -> None:
     group.attrs["dt_action_s"] = DT_ACTION_S
     group.attrs["success"] = episode.success
     group.attrs["num_samples"] = len(episode.actions)
+    if episode.handover_s is not None:
+        group.attrs["handover_s"] = episode.handover_s
+    if episode.scene_xy is not None:
+        group.attrs["scene_names"] = list(episode.scene_xy)
+        group.attrs["scene_xy"] = np.stack(list(episode.scene_xy.values())).astype(np.float32)
 
 
 def collect(
@@ -135,18 +211,33 @@ def collect(
     seed: int = 0,
     max_attempts_factor: int = 3,
     progress: bool = True,
+    recover_with: str | None = None,
+    handover_range_s: tuple[float, float] = HANDOVER_RANGE_S,
+    threads: int = 1,
 ) -> dict[str, dict[str, float]]:
     """Record ``episodes_per_task`` successful expert episodes per task.
 
     Each task goes to ``out_dir/<task>.hdf5``. Training init-state ids start at
-    ``seed * 10000`` so different seeds give disjoint layouts. Returns per-task
-    statistics (successes, attempts, mean wall time).
+    ``seed * 10000`` so different seeds give disjoint layouts. With
+    ``recover_with`` (a ``--policy`` string) every episode is a recovery
+    episode (:func:`rollout_recovery`) whose hand-over time is drawn uniformly
+    from ``handover_range_s``. Returns per-task statistics (successes,
+    attempts, mean wall time).
     """
     for name in tasks:
         get_task(name)
+    lo, hi = handover_range_s
+    if not 0.0 <= lo <= hi:
+        raise ConfigError(f"handover_range_s = {handover_range_s}: need 0 <= low <= high")
     out_dir.mkdir(parents=True, exist_ok=True)
     env = TabletopEnv(image_height=image_size, image_width=image_size, split="train")
     runner = ExpertRunner(env)
+    policy = None
+    if recover_with is not None:
+        from vla_edge.runners.factory import make_runner
+
+        policy = make_runner(recover_with, env=env, threads=threads)
+    rng = np.random.default_rng(seed)
     stats: dict[str, dict[str, float]] = {}
     bar = tqdm(total=episodes_per_task * len(tasks), disable=not progress, unit="demo")
     try:
@@ -163,13 +254,19 @@ def collect(
                 data.attrs["image_size"] = image_size
                 data.attrs["dt_action_s"] = DT_ACTION_S
                 data.attrs["seed"] = seed
+                if recover_with is not None:
+                    data.attrs["recover_with"] = recover_with
                 while (
                     kept < episodes_per_task and attempts < max_attempts_factor * episodes_per_task
                 ):
                     init_id = seed * 10_000 + attempts
                     attempts += 1
                     bar.set_postfix_str(f"{name} #{init_id}")
-                    episode = rollout_expert(env, runner, name, init_id, split="train")
+                    if policy is None:
+                        episode = rollout_expert(env, runner, name, init_id, split="train")
+                    else:
+                        handover_s = float(rng.uniform(lo, hi))
+                        episode = rollout_recovery(env, runner, policy, name, init_id, handover_s)
                     walls.append(episode.wall_s)
                     if not episode.success:
                         continue
@@ -184,6 +281,8 @@ def collect(
             }
     finally:
         bar.close()
+        if policy is not None:
+            policy.close()
         env.close()
     return stats
 
@@ -197,6 +296,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-size", type=int, default=64, help="square image size (pixels)")
     parser.add_argument("--seed", type=int, default=0, help="selects the training init states")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument(
+        "--recover-with",
+        default=None,
+        metavar="POLICY",
+        help="record recovery episodes: this policy (bundled | CKPT.pt | EXPORT_DIR) drives "
+        "first, the expert takes over and is recorded",
+    )
+    parser.add_argument(
+        "--handover-s",
+        type=float,
+        nargs=2,
+        default=list(HANDOVER_RANGE_S),
+        metavar=("LOW", "HIGH"),
+        help="recovery episodes: range of the policy's share (s), drawn uniformly",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="policy inference threads")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -211,14 +326,20 @@ def run(args: argparse.Namespace) -> int:
             get_task(name)
     except UnknownTaskError as exc:
         raise SystemExit(str(exc)) from None
-    stats = collect(
-        args.out,
-        tasks,
-        args.episodes_per_task,
-        args.image_size,
-        args.seed,
-        progress=not args.no_progress,
-    )
+    try:
+        stats = collect(
+            args.out,
+            tasks,
+            args.episodes_per_task,
+            args.image_size,
+            args.seed,
+            progress=not args.no_progress,
+            recover_with=args.recover_with,
+            handover_range_s=(args.handover_s[0], args.handover_s[1]),
+            threads=args.threads,
+        )
+    except ConfigError as exc:
+        raise SystemExit(str(exc)) from None
     for name, row in stats.items():
         print(
             f"{name}: {int(row['successes'])}/{int(row['attempts'])} successful, "
@@ -234,6 +355,7 @@ __all__ = [
     "add_arguments",
     "collect",
     "rollout_expert",
+    "rollout_recovery",
     "run",
     "write_episode",
 ]

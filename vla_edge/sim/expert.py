@@ -6,7 +6,9 @@ the start of the episode. Every call rebuilds the plan from the current object
 poses (closed loop: a nudged block moves the grasp) while the timeline keeps
 consecutive chunks consistent, so late or merged chunks agree. A failed grasp
 or an unfinished task after the last segment restarts the plan from the
-commanded pose.
+commanded pose. :meth:`ScriptedExpert.take_over` anchors a plan mid-episode
+(after another policy drove the arm): no start dwell, and an object already
+in the fingers is carried on instead of being grasped again.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ START_DWELL_S = 0.3
 # interpolating controller never overshoots the safety limits.
 GRIP_OPEN_CMD_M = GRIPPER_OPEN_M - 0.001
 GRIP_CLOSED_CMD_M = 0.001
+# The task's object counts as held when its centre is this close to the pinch point
+HELD_RADIUS_M = 0.03
+# ... and (at a take-over) the fingers are no wider open than the block plus this.
+HELD_GRIP_SLACK_M = 0.004
 
 
 @dataclass
@@ -140,7 +146,25 @@ class ScriptedExpert:
         self._origin_grip = float(self.env.state()[6])
         self._grasp_lock: tuple[np.ndarray, float] | None = None
         self._push_lock: tuple[np.ndarray, np.ndarray] | None = None
+        self._dwell = True
+        self._holding = False
         self.replans = 0
+
+    def take_over(self) -> None:
+        """Anchor a plan at the current time and pose in the middle of an episode.
+
+        Unlike :meth:`reset` the plan starts moving at once, and when the task's
+        object is already between the fingers it is lifted and carried on.
+        """
+        self.reset()
+        self._dwell = False
+        scene = self.env.scene_state()
+        self._holding = self.env.task.kind != "push" and self._held(scene)
+
+    def _held(self, scene: SceneState) -> bool:
+        ee_pos, _ = self.env.ee_pose()
+        near = float(np.linalg.norm(scene.positions_m[self.env.task.obj] - ee_pos)) < HELD_RADIUS_M
+        return near and float(self.env.state()[6]) < 2.0 * BLOCK_HALF_M + HELD_GRIP_SLACK_M
 
     def _restart(self, t_s: float, segments: list[Segment]) -> None:
         pos, quat, grip = _sample(segments, t_s)
@@ -148,6 +172,7 @@ class ScriptedExpert:
         self._origin_yaw, self._origin_tilt = split_heading(quat)
         self._grasp_lock = None
         self._push_lock = None
+        self._holding = False
         self.replans += 1
 
     # ------------------------------------------------------------------ plan
@@ -158,7 +183,7 @@ class ScriptedExpert:
         builder = _Builder(
             self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip, self._origin_tilt
         )
-        if self.replans == 0:
+        if self.replans == 0 and self._dwell:
             builder.hold("start", START_DWELL_S, self._origin_grip)
         if task.kind == "push":
             self._plan_push(builder, task, scene)
@@ -175,12 +200,18 @@ class ScriptedExpert:
 
     def _plan_pick(self, b: _Builder, task: Task, scene: SceneState) -> None:
         obj_pos, yaw = self._grasp(task, scene, b.yaw)
-        grasp_z = obj_pos[2] + GRASP_ABOVE_CENTRE_M
-        b.move("approach", [obj_pos[0], obj_pos[1], PRE_GRASP_Z_M], yaw, GRIP_OPEN_CMD_M)
-        b.move("descend", [obj_pos[0], obj_pos[1], grasp_z], yaw, GRIP_OPEN_CMD_M, min_s=1.0)
-        b.hold("close", 0.6, GRIP_CLOSED_CMD_M)
-        b.hold("settle", 0.3, GRIP_CLOSED_CMD_M)
-        self._close_s = b.segments[-2].t0_s
+        if self._holding:
+            # taken over with the object in hand: keep the hand's heading, close, lift
+            yaw = b.yaw
+            self._close_s = b.t_s
+            b.hold("settle", 0.3, GRIP_CLOSED_CMD_M)
+        else:
+            grasp_z = obj_pos[2] + GRASP_ABOVE_CENTRE_M
+            b.move("approach", [obj_pos[0], obj_pos[1], PRE_GRASP_Z_M], yaw, GRIP_OPEN_CMD_M)
+            b.move("descend", [obj_pos[0], obj_pos[1], grasp_z], yaw, GRIP_OPEN_CMD_M, min_s=1.0)
+            b.hold("close", 0.6, GRIP_CLOSED_CMD_M)
+            b.hold("settle", 0.3, GRIP_CLOSED_CMD_M)
+            self._close_s = b.segments[-2].t0_s
         b.move("lift", [obj_pos[0], obj_pos[1], CARRY_Z_M], yaw, GRIP_CLOSED_CMD_M, min_s=1.0)
         self._lift_end_s = b.t_s
         if task.kind == "lift":
@@ -253,7 +284,7 @@ class ScriptedExpert:
         self._lock(task, scene, t_s)
         segments = self.plan(scene)
         ee_pos, _ = self.env.ee_pose()
-        held = float(np.linalg.norm(scene.positions_m[task.obj] - ee_pos)) < 0.03
+        held = float(np.linalg.norm(scene.positions_m[task.obj] - ee_pos)) < HELD_RADIUS_M
         if self._lift_end_s + 0.2 <= t_s < self._open_s and not held:
             self._restart(t_s, segments)
             segments = self.plan(scene)

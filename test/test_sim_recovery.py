@@ -1,0 +1,113 @@
+"""Recovery episodes: the expert takes over from a policy mid-episode and is recorded."""
+
+import h5py
+import numpy as np
+import pytest
+
+from vla_edge.cli import main
+from vla_edge.policy.data import load_episodes
+from vla_edge.runners.expert import ExpertRunner
+from vla_edge.runners.factory import make_runner
+from vla_edge.sim.collect import rollout_recovery, write_episode
+from vla_edge.sim.env import CAMERAS, TabletopEnv
+from vla_edge.sim.expert import GRIP_OPEN_CMD_M
+from vla_edge.sim.tasks import OBJECTS
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = TabletopEnv(image_height=64, image_width=64, split="train")
+    yield e
+    e.close()
+
+
+def _drive_expert_until_lifted(env, task, init_state_id):
+    """Run the expert until the task's object is held 5 cm above its start."""
+    runner = ExpertRunner(env)
+    obs = env.reset(task, init_state_id, split="train")
+    z0 = env.scene_state().positions_m[env.task.obj][2]
+    for _ in range(200):
+        chunk = runner.infer(obs)
+        for j in range(10):
+            env.step(chunk.positions[0] + (j + 1) / 10 * (chunk.positions[1] - chunk.positions[0]))
+        obs = env.observe(render=False)
+        if env.scene_state().positions_m[env.task.obj][2] > z0 + 0.05:
+            return obs
+    raise AssertionError("the expert never lifted the object")
+
+
+def test_take_over_with_the_object_in_hand_carries_it_on(env):
+    obs = _drive_expert_until_lifted(env, "pick_red_block_into_bowl", 3)
+    fresh = ExpertRunner(env)
+    fresh.expert.take_over()
+    chunk = fresh.infer(obs)
+    # the fingers never open: they squeeze from the measured opening to closed
+    assert np.all(np.diff(chunk.positions[:, 6]) <= 1e-9)
+    assert chunk.positions[0, 6] <= obs.state[6] + 1e-6
+    for _ in range(200):
+        for j in range(10):
+            env.step(chunk.positions[0] + (j + 1) / 10 * (chunk.positions[1] - chunk.positions[0]))
+        if env.success():
+            break
+        chunk = fresh.infer(env.observe(render=False))
+    assert env.success()
+    assert fresh.expert.replans == 0  # no re-grasp was needed
+
+    # a plain reset at the same kind of state plans a new grasp: it opens the fingers
+    obs = _drive_expert_until_lifted(env, "pick_red_block_into_bowl", 3)
+    planner = ExpertRunner(env)
+    planner.expert.reset()
+    regrasp = planner.infer(obs)
+    assert regrasp.positions[:, 6].max() > 0.5 * GRIP_OPEN_CMD_M
+
+
+def test_take_over_starts_moving_at_once_while_reset_dwells(env):
+    obs = env.reset("lift_green_block", 1, split="train")
+    dwelling = ExpertRunner(env)
+    dwelling.expert.reset()
+    still = dwelling.infer(obs).positions
+    np.testing.assert_allclose(still[1], still[0], atol=1e-6)
+    moving = ExpertRunner(env)
+    moving.expert.take_over()
+    first = moving.infer(obs).positions
+    assert np.max(np.abs(first[2] - first[0])) > 1e-3
+
+
+def test_recovery_episode_starts_at_the_hand_over_and_reads_back_its_layout(env, tmp_path):
+    policy = make_runner("bundled", env=env, threads=1)
+    expert = ExpertRunner(env)
+    try:
+        episode = rollout_recovery(
+            env, expert, policy, "push_blue_block_to_target", 7, handover_s=2.0
+        )
+    finally:
+        policy.close()
+    assert episode.success
+    assert episode.handover_s == pytest.approx(2.0)
+    # the first recorded observation is the scene the policy left, not the init state
+    assert set(episode.scene_xy) == {*OBJECTS, "target"}
+    assert len(episode.actions) == len(episode.states) == len(episode.images[CAMERAS[0]])
+    np.testing.assert_allclose(episode.actions[0][:6], episode.states[0][:6], atol=2e-3)
+
+    path = tmp_path / "push_blue_block_to_target.hdf5"
+    with h5py.File(path, "w") as f:
+        write_episode(f.create_group("data").create_group("demo_0"), episode, seed=0)
+    with h5py.File(path, "r") as f:
+        assert f["data/demo_0"].attrs["handover_s"] == pytest.approx(2.0)
+    (read,) = load_episodes(path, list(CAMERAS), (64, 64), 7)
+    expected = np.concatenate([episode.scene_xy[name] for name in (*OBJECTS, "target")])
+    np.testing.assert_allclose(read.layout_xy, expected, atol=1e-6)
+    goal = np.concatenate([episode.scene_xy["blue_block"], episode.scene_xy["target"]])
+    np.testing.assert_allclose(read.goal_xy, goal, atol=1e-6)
+
+
+def test_collect_refuses_a_reversed_hand_over_range(tmp_path):
+    with pytest.raises(SystemExit, match="handover_range_s"):
+        main(
+            [
+                "collect", "--episodes-per-task", "1", "--out", str(tmp_path / "r"),
+                "--tasks", "lift_green_block", "--recover-with", "bundled",
+                "--handover-s", "3", "1", "--no-progress",
+            ]
+        )  # fmt: skip
+    assert not (tmp_path / "r").exists()
