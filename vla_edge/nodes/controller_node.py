@@ -6,9 +6,10 @@ callbacks never delay a control tick; a lock serialises it with them.
 
 Subscribes ``/action_chunk`` (``JointTrajectory`` stamped with the observation
 time) and ``/joint_states``; publishes the UNSAFE command on
-``/controller/command`` (the safety node filters it), its remaining plan on
-``/controller/plan`` whenever its trigger asks for a new chunk (that message is
-the inference request), and ``/diagnostics``: chunk age, buffer depth,
+``/controller/command`` (the safety node filters it), an inference request on
+``/controller/plan`` whenever its trigger asks for a new chunk (its remaining
+plan with the ``prefix`` merge, the executed prefix the next chunk is
+conditioned on; an empty trajectory otherwise), and ``/diagnostics``: chunk age, buffer depth,
 rejections, loop period jitter, watchdog.
 
 Nothing is commanded before the first joint state: the controller starts from
@@ -179,14 +180,7 @@ class ControllerNode(Node):
             )
 
     def _plan_message(self, controller: Controller, now_s: float) -> JointTrajectory:
-        """The remaining plan (empty trajectory stamped ``now`` while holding)."""
-        plan = controller.remaining_plan(now_s)
-        if plan is None:
-            empty = JointTrajectory()
-            empty.header.stamp = s_to_stamp(now_s)
-            empty.joint_names = list(self.joint_names)
-            return empty
-        return chunk_to_trajectory(plan)
+        return plan_request(controller, now_s, self.joint_names)
 
     # --- diagnostics ----------------------------------------------------------------------
 
@@ -229,6 +223,25 @@ class ControllerNode(Node):
         self.diag_pub.publish(
             diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, self.status(now_s))], now_s)
         )
+
+
+def plan_request(controller: Controller, now_s: float, joint_names: list[str]) -> JointTrajectory:
+    """The inference request: the remaining plan for the ``prefix`` merge, else empty.
+
+    The inference node conditions the next chunk on the plan's binding steps, so
+    only the ``prefix`` merge sends it; other merges blend or splice the new
+    chunk themselves and ask for an unconditioned one (as the evaluator does).
+    The empty request (also sent while holding, when there is no plan) is
+    stamped ``now_s``.
+    """
+    with_plan = controller.config.merge == "prefix"
+    plan = controller.remaining_plan(now_s) if with_plan else None
+    if plan is None:
+        empty = JointTrajectory()
+        empty.header.stamp = s_to_stamp(now_s)
+        empty.joint_names = list(joint_names)
+        return empty
+    return chunk_to_trajectory(plan)
 
 
 def main(args: list[str] | None = None) -> int:
