@@ -10,7 +10,7 @@ from vla_edge.runners.expert import ExpertRunner
 from vla_edge.runners.factory import make_runner
 from vla_edge.sim.collect import rollout_recovery, write_episode
 from vla_edge.sim.env import CAMERAS, TabletopEnv
-from vla_edge.sim.expert import GRIP_OPEN_CMD_M
+from vla_edge.sim.expert import GRIP_CLOSED_CMD_M, GRIP_OPEN_CMD_M
 from vla_edge.sim.tasks import OBJECTS
 
 
@@ -111,3 +111,17 @@ def test_collect_refuses_a_reversed_hand_over_range(tmp_path):
             ]
         )  # fmt: skip
     assert not (tmp_path / "r").exists()
+
+
+def test_take_over_never_commands_an_opening_outside_the_command_range(env):
+    # closed on nothing, the fingers squeeze past zero: the plan starts at the closed command
+    env.reset("lift_green_block", 2, split="train")
+    closed = np.concatenate([env.state()[:6], [-0.01]])
+    for _ in range(100):
+        env.step(closed)
+    assert env.state()[6] < GRIP_CLOSED_CMD_M
+    runner = ExpertRunner(env)
+    runner.expert.take_over()
+    chunk = runner.infer(env.observe(render=False))
+    assert np.all(chunk.positions[:, 6] >= GRIP_CLOSED_CMD_M - 1e-12)
+    assert np.all(chunk.positions[:, 6] <= GRIP_OPEN_CMD_M + 1e-12)

@@ -143,7 +143,10 @@ class ScriptedExpert:
         self._origin_s = self.env.time_s
         self._origin_pos = pos
         self._origin_yaw, self._origin_tilt = split_heading(quat)
-        self._origin_grip = float(self.env.state()[6])
+        # the measured opening leaves [0, 0.04] when the fingers squeeze or spring
+        # open; commanded openings stay inside the command range
+        measured_grip = float(self.env.state()[6])
+        self._origin_grip = float(np.clip(measured_grip, GRIP_CLOSED_CMD_M, GRIP_OPEN_CMD_M))
         self._grasp_lock: tuple[np.ndarray, float] | None = None
         self._push_lock: tuple[np.ndarray, np.ndarray] | None = None
         self._dwell = True
