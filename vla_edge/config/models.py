@@ -28,7 +28,7 @@ class ControllerConfig(_Strict):
     chunk_horizon: int = Field(10, ge=1, le=512)
     max_chunk_age_s: float = Field(0.5, gt=0.0, le=10.0)
     max_future_s: float = Field(0.05, ge=0.0, le=1.0)
-    merge: MergeName = "prefix"
+    merge: MergeName = "ensemble"
     weighted_old_weight: float = Field(0.3, ge=0.0, le=1.0)
     ensemble_decay: float = Field(0.01, ge=0.0, le=10.0)
     interpolation: Literal["linear", "cubic"] = "cubic"

@@ -47,7 +47,7 @@ class EvalSettings:
     """How one evaluation is run (recorded in the JSON)."""
 
     delay_s: float = 0.0
-    merge: str = "prefix"
+    merge: str = "ensemble"
     scheme: str = "async"
     replan_steps: int = 5
     instructions: str = "canonical"
