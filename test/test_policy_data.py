@@ -102,3 +102,20 @@ def test_suite_episodes_carry_the_layout_of_their_init_state(tmp_path) -> None:
     assert samples.has_layout.tolist() == [True] * 12 + [False] * 12
     assert samples.steps.tolist() == list(range(12)) * 2
     assert np.all(samples.layout[12:] == 0.0)
+
+
+def test_a_malformed_hand_over_layout_is_treated_as_unknown(tmp_path) -> None:
+    from vla_edge.sim.tasks import OBJECTS
+
+    path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=1, steps=12)
+    _mark_as_suite_episodes(path)
+    names = [*OBJECTS, "target"]
+    with h5py.File(path, "r+") as h5:
+        good, bad = h5["data/demo_0"], h5["data/demo_1"]
+        good.attrs["scene_names"] = names
+        good.attrs["scene_xy"] = np.arange(2 * len(names), dtype=np.float32).reshape(-1, 2)
+        bad.attrs["scene_names"] = names
+        bad.attrs["scene_xy"] = np.zeros((len(names) - 1, 2), np.float32)  # one row short
+    first, second = load_episodes(path, list(CAMERAS), (32, 32), 7)
+    np.testing.assert_allclose(first.layout_xy, np.arange(2 * len(names), dtype=np.float32))
+    assert second.layout_xy is None and second.goal_xy is None

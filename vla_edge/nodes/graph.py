@@ -22,7 +22,8 @@ Topics (standard messages only), as ``topic: type (publisher -> subscribers)``:
 * ``/diagnostics``: ``diagnostic_msgs/DiagnosticArray`` (every node -> monitor)
 
 ``/controller/plan`` is also the inference request: the controller publishes
-its remaining plan whenever its trigger (``infer_trigger``) asks for a chunk.
+it whenever its trigger (``infer_trigger``) asks for a chunk, carrying its
+remaining plan with the ``prefix`` merge and no points with the others.
 """
 
 from __future__ import annotations

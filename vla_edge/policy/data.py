@@ -155,7 +155,10 @@ def _scene_targets(attrs: object, task: str) -> tuple[np.ndarray | None, np.ndar
     if "scene_xy" in attrs and "scene_names" in attrs:
         # recovery episodes: the layout where the recording starts (the hand-over)
         names = [_attr_str(n) for n in attrs["scene_names"]]
-        xy = dict(zip(names, np.asarray(attrs["scene_xy"], dtype=np.float32), strict=True))
+        rows = np.asarray(attrs["scene_xy"], dtype=np.float32)
+        if rows.shape != (len(names), 2):
+            return None, None
+        xy = dict(zip(names, rows, strict=True))
         if any(name not in xy for name in (*OBJECTS, "target")):
             return None, None
     elif "init_state_id" in attrs and "split" in attrs:
