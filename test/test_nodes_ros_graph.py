@@ -10,6 +10,7 @@ the scene (``/sim_node/reset`` re-places the objects; the arm stays) to get the
 arm moving again.
 """
 
+import itertools
 import os
 import signal
 import threading
@@ -284,10 +285,14 @@ def test_bad_input_is_counted_never_crashes_and_never_moves_the_arm(ros_graph):
             if _num(probe.status(node), f"bad_input.{cause}") < 1
         ]
 
+    rounds = itertools.count()
+    malformed = Image(encoding="rgb8", height=64, width=64, step=192)
+
     def publish_bad_stream_until_counted():
         probe.image_pubs["agentview"].publish(wrong_encoding)
-        probe.image_pubs["wrist"].publish(wrong_size)
-        probe.image_pubs["wrist"].publish(Image(encoding="rgb8", height=64, width=64, step=192))
+        # one wrist message per round: back to back, a keep-last subscriber may
+        # see only the second
+        probe.image_pubs["wrist"].publish(wrong_size if next(rounds) % 2 else malformed)
         probe.joint_pub.publish(missing)
         probe.instruction_pub.publish(String(data="   "))
         return not uncounted()
