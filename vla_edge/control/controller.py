@@ -249,6 +249,14 @@ class Controller:
             positions[i], _ = self.buffer.sample(now_s + i * dt_s)
         return ActionChunk(now_s, dt_s, self.joint_names, positions)
 
+    def prefix_plan(self, now_s: float) -> ActionChunk | None:
+        """The remaining plan a new chunk is conditioned on: only with the ``prefix`` merge.
+
+        Other merges blend or splice the new chunk themselves and ask for an
+        unconditioned one (``None``); ``None`` as well while holding.
+        """
+        return self.remaining_plan(now_s) if self.config.merge == "prefix" else None
+
     def diagnostics(self, now_s: float) -> dict[str, float | int | str]:
         """Key/values for ``/diagnostics``."""
         return {

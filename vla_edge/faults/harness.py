@@ -307,9 +307,9 @@ class FaultHarness:
                 )
                 prefix, prefix_len = None, 0
                 spec = self.runner.spec
-                if cfg.merge == "prefix" and spec.supports_prefix:
+                if spec.supports_prefix:
                     prefix, prefix_len = prefix_from_plan(
-                        controller.core.remaining_plan(clock),
+                        controller.core.prefix_plan(clock),
                         obs.stamp_s,
                         spec.chunk_horizon,
                         spec.dt_action_s,

@@ -226,16 +226,11 @@ class ControllerNode(Node):
 
 
 def plan_request(controller: Controller, now_s: float, joint_names: list[str]) -> JointTrajectory:
-    """The inference request: the remaining plan for the ``prefix`` merge, else empty.
+    """The inference request: :meth:`Controller.prefix_plan`, or an empty trajectory.
 
-    The inference node conditions the next chunk on the plan's binding steps, so
-    only the ``prefix`` merge sends it; other merges blend or splice the new
-    chunk themselves and ask for an unconditioned one (as the evaluator does).
-    The empty request (also sent while holding, when there is no plan) is
-    stamped ``now_s``.
+    The empty request (other merges, or holding) is stamped ``now_s``.
     """
-    with_plan = controller.config.merge == "prefix"
-    plan = controller.remaining_plan(now_s) if with_plan else None
+    plan = controller.prefix_plan(now_s)
     if plan is None:
         empty = JointTrajectory()
         empty.header.stamp = s_to_stamp(now_s)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,7 +109,6 @@ def rollout_recovery(
         raise ValueError(f"replan_steps = {replan_steps}: must be >= 1")
     wall0 = time.perf_counter()
     obs = env.reset(task, init_state_id, split=split)
-    ticks_per_action = int(round(DT_ACTION_S / env.control_dt_s))
     lead_steps = int(round(handover_s / DT_ACTION_S))
     chunk, first = None, 0
     for k in range(lead_steps):
@@ -117,9 +117,8 @@ def rollout_recovery(
         if k % replan_steps == 0:
             chunk, first = policy.infer(obs), k
         i = min(k - first, chunk.horizon - 2)
-        a0, a1 = chunk.positions[i], chunk.positions[i + 1]
-        for j in range(ticks_per_action):
-            env.step(a0 + (j + 1) / ticks_per_action * (a1 - a0))
+        for _ in _steps_toward(env, chunk.positions[i], chunk.positions[i + 1]):
+            pass
     episode = Episode(task, int(init_state_id), split, env.instruction, False)
     episode.handover_s = env.time_s
     scene = env.scene_state()
@@ -132,6 +131,17 @@ def rollout_recovery(
     return episode
 
 
+def _steps_toward(env: TabletopEnv, a0: np.ndarray, a1: np.ndarray) -> Iterator[None]:
+    """Step the env through one policy step, yielding after each 100 Hz tick.
+
+    The targets are linearly interpolated from ``a0`` to ``a1``.
+    """
+    ticks = int(round(DT_ACTION_S / env.control_dt_s))
+    for j in range(ticks):
+        env.step(a0 + (j + 1) / ticks * (a1 - a0))
+        yield
+
+
 def _record(
     env: TabletopEnv,
     runner: ExpertRunner,
@@ -142,7 +152,6 @@ def _record(
     success_hold_s: float,
 ) -> None:
     """Drive the expert from ``obs`` for up to ``budget_s``, appending to ``episode``."""
-    ticks_per_action = int(round(DT_ACTION_S / env.control_dt_s))
     n_steps = int(round(budget_s / DT_ACTION_S))
     episode.images = {cam: [] for cam in env.cameras} if render else {}
     prev_q = env.state()[:6]
@@ -155,9 +164,7 @@ def _record(
             episode.images[cam].append(obs.images[cam])
         episode.states.append(obs.state.astype(np.float32))
         episode.actions.append(chunk.positions[0].astype(np.float32))
-        a0, a1 = chunk.positions[0], chunk.positions[1]
-        for j in range(ticks_per_action):
-            env.step(a0 + (j + 1) / ticks_per_action * (a1 - a0))
+        for _ in _steps_toward(env, chunk.positions[0], chunk.positions[1]):
             q = env.state()[:6]
             speed = float(np.max(np.abs(q - prev_q))) / env.control_dt_s
             episode.max_joint_speed_rad_per_s = max(episode.max_joint_speed_rad_per_s, speed)

@@ -209,15 +209,16 @@ def run_episode(
                 )
                 prefix = None
                 prefix_len = 0
-                if cfg.merge == "prefix" and settings.scheme == "async" and spec.supports_prefix:
-                    plan = controller.remaining_plan(now)
-                    if plan is not None and plan.horizon > 0:
-                        prefix = np.repeat(plan.positions[-1:], spec.chunk_horizon, axis=0)
-                        n = min(plan.horizon, spec.chunk_horizon)
-                        prefix[:n] = plan.positions[:n]
-                        prefix_len = min(
-                            n, int(math.floor(settings.delay_s / spec.dt_action_s + 1e-9)) + 1
-                        )
+                plan = None
+                if settings.scheme == "async" and spec.supports_prefix:
+                    plan = controller.prefix_plan(now)
+                if plan is not None and plan.horizon > 0:
+                    prefix = np.repeat(plan.positions[-1:], spec.chunk_horizon, axis=0)
+                    n = min(plan.horizon, spec.chunk_horizon)
+                    prefix[:n] = plan.positions[:n]
+                    prefix_len = min(
+                        n, int(math.floor(settings.delay_s / spec.dt_action_s + 1e-9)) + 1
+                    )
                 noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim)).astype(
                     np.float32
                 )

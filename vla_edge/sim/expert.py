@@ -164,10 +164,14 @@ class ScriptedExpert:
         scene = self.env.scene_state()
         self._holding = self.env.task.kind != "push" and self._held(scene)
 
-    def _held(self, scene: SceneState) -> bool:
+    def _near(self, scene: SceneState) -> bool:
+        """Whether the task's object is within ``HELD_RADIUS_M`` of the pinch point."""
         ee_pos, _ = self.env.ee_pose()
-        near = float(np.linalg.norm(scene.positions_m[self.env.task.obj] - ee_pos)) < HELD_RADIUS_M
-        return near and float(self.env.state()[6]) < 2.0 * BLOCK_HALF_M + HELD_GRIP_SLACK_M
+        return float(np.linalg.norm(scene.positions_m[self.env.task.obj] - ee_pos)) < HELD_RADIUS_M
+
+    def _held(self, scene: SceneState) -> bool:
+        closed = float(self.env.state()[6]) < 2.0 * BLOCK_HALF_M + HELD_GRIP_SLACK_M
+        return closed and self._near(scene)
 
     def _restart(self, t_s: float, segments: list[Segment]) -> None:
         pos, quat, grip = _sample(segments, t_s)
@@ -286,8 +290,7 @@ class ScriptedExpert:
         self.plan(scene)
         self._lock(task, scene, t_s)
         segments = self.plan(scene)
-        ee_pos, _ = self.env.ee_pose()
-        held = float(np.linalg.norm(scene.positions_m[task.obj] - ee_pos)) < HELD_RADIUS_M
+        held = self._near(scene)
         if self._lift_end_s + 0.2 <= t_s < self._open_s and not held:
             self._restart(t_s, segments)
             segments = self.plan(scene)
