@@ -10,7 +10,7 @@ from vla_edge.runners.expert import ExpertRunner
 from vla_edge.runners.factory import make_runner
 from vla_edge.sim.collect import rollout_recovery, write_episode
 from vla_edge.sim.env import CAMERAS, TabletopEnv
-from vla_edge.sim.expert import GRIP_CLOSED_CMD_M, GRIP_OPEN_CMD_M
+from vla_edge.sim.expert import GRIP_CLOSED_CMD_M, GRIP_OPEN_CMD_M, PRE_GRASP_Z_M
 from vla_edge.sim.tasks import OBJECTS
 
 
@@ -71,6 +71,38 @@ def test_take_over_starts_moving_at_once_while_reset_dwells(env):
     moving.expert.take_over()
     first = moving.infer(obs).positions
     assert np.max(np.abs(first[2] - first[0])) > 1e-3
+
+
+def test_take_over_at_the_approach_point_descends_without_a_pause(env):
+    """A hand hovering where the approach ends goes straight on down.
+
+    The approach's minimum duration would hold it there for 0.8 s: recorded, that
+    pause teaches a policy to hover.
+    """
+    obs = env.reset("lift_green_block", 2, split="train")
+    runner = ExpertRunner(env)
+    for _ in range(100):
+        chunk = runner.infer(obs)
+        for j in range(10):
+            env.step(chunk.positions[0] + (j + 1) / 10 * (chunk.positions[1] - chunk.positions[0]))
+        obs = env.observe(render=False)
+        obj = env.scene_state().positions_m[env.task.obj]
+        ee, _ = env.ee_pose()
+        if np.linalg.norm(ee[:2] - obj[:2]) < 0.01 and abs(ee[2] - PRE_GRASP_Z_M) < 0.01:
+            break
+    else:
+        raise AssertionError("the expert never reached the approach point")
+    fresh = ExpertRunner(env)
+    fresh.expert.take_over()
+    fresh.infer(obs)
+    approach, descend = fresh.expert.plan()[:2]
+    assert (approach.label, descend.label) == ("approach", "descend")
+    assert approach.t1_s - approach.t0_s <= 0.2 + 1e-9
+    # a plain reset keeps the minimum durations
+    fresh.expert.reset()
+    fresh.infer(obs)
+    first_move = [s for s in fresh.expert.plan() if s.label == "approach"][0]
+    assert first_move.t1_s - first_move.t0_s >= 0.8 - 1e-9
 
 
 def test_recovery_episode_starts_at_the_hand_over_and_reads_back_its_layout(env, tmp_path):

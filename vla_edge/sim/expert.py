@@ -32,6 +32,7 @@ from vla_edge.sim.tasks import (
 
 SPEED_M_PER_S = 0.12
 YAW_RATE_RAD_PER_S = 0.4
+BRISK_MIN_S = 0.1  # shortest first move of a take-over (one action step)
 PRE_GRASP_Z_M = 0.10
 CARRY_Z_M = 0.12
 RETREAT_Z_M = 0.16
@@ -188,7 +189,15 @@ class ScriptedExpert:
         scene = scene if scene is not None else self.env.scene_state()
         task = self.env.task
         builder = _Builder(
-            self._origin_s, self._origin_pos, self._origin_yaw, self._origin_grip, self._origin_tilt
+            self._origin_s,
+            self._origin_pos,
+            self._origin_yaw,
+            self._origin_grip,
+            self._origin_tilt,
+            # a take-over's first move is timed by its distance alone: a hand already
+            # at the approach point would otherwise wait out a minimum duration there,
+            # and a policy trained on that pause cannot tell when it ends
+            brisk=self.replans == 0 and not self._dwell,
         )
         if self.replans == 0 and self._dwell:
             builder.hold("start", START_DWELL_S, self._origin_grip)
@@ -311,11 +320,18 @@ class _Builder:
     """Appends segments one after the other, each starting where the last ended."""
 
     def __init__(
-        self, t_s: float, pos: np.ndarray, yaw: float, grip: float, tilt_rad: np.ndarray
+        self,
+        t_s: float,
+        pos: np.ndarray,
+        yaw: float,
+        grip: float,
+        tilt_rad: np.ndarray,
+        brisk: bool = False,
     ) -> None:
         self.t_s, self.pos, self.yaw, self.grip = t_s, np.asarray(pos, dtype=float), yaw, grip
         self.tilt_rad = tilt_rad
         self.segments: list[Segment] = []
+        self._brisk = brisk
 
     def move(
         self, label: str, pos: list[float], yaw: float, grip: float, min_s: float = 0.8
@@ -323,6 +339,8 @@ class _Builder:
         target = np.asarray(pos, dtype=float)
         dist = float(np.linalg.norm(target - self.pos))
         turn_rad = abs(yaw - self.yaw) + float(np.linalg.norm(self.tilt_rad))
+        if self._brisk and not self.segments:
+            min_s = BRISK_MIN_S
         dur = max(min_s, dist / SPEED_M_PER_S, turn_rad / YAW_RATE_RAD_PER_S)
         if grip != self.grip:
             dur = max(dur, 0.5)
