@@ -73,25 +73,34 @@ def test_take_over_starts_moving_at_once_while_reset_dwells(env):
     assert np.max(np.abs(first[2] - first[0])) > 1e-3
 
 
-def test_take_over_at_the_approach_point_descends_without_a_pause(env):
-    """A hand hovering where the approach ends goes straight on down.
-
-    The approach's minimum duration would hold it there for 0.8 s: recorded, that
-    pause teaches a policy to hover.
-    """
-    obs = env.reset("lift_green_block", 2, split="train")
+def _drive_expert_until(env, task, init_state_id, reached):
+    obs = env.reset(task, init_state_id, split="train")
     runner = ExpertRunner(env)
     for _ in range(100):
         chunk = runner.infer(obs)
         for j in range(10):
             env.step(chunk.positions[0] + (j + 1) / 10 * (chunk.positions[1] - chunk.positions[0]))
         obs = env.observe(render=False)
-        obj = env.scene_state().positions_m[env.task.obj]
         ee, _ = env.ee_pose()
-        if np.linalg.norm(ee[:2] - obj[:2]) < 0.01 and abs(ee[2] - PRE_GRASP_Z_M) < 0.01:
-            break
-    else:
-        raise AssertionError("the expert never reached the approach point")
+        if reached(ee, env.scene_state().positions_m[env.task.obj]):
+            return obs, ee
+    raise AssertionError("the expert never reached the state")
+
+
+def test_take_over_at_the_approach_point_descends_without_a_pause(env):
+    """A hand hovering where the approach ends goes straight on down.
+
+    The approach's minimum duration would hold it there for 0.8 s: recorded, that
+    pause teaches a policy to hover.
+    """
+    obs, _ = _drive_expert_until(
+        env,
+        "lift_green_block",
+        2,
+        lambda ee, obj: (
+            np.linalg.norm(ee[:2] - obj[:2]) < 0.01 and abs(ee[2] - PRE_GRASP_Z_M) < 0.01
+        ),
+    )
     fresh = ExpertRunner(env)
     fresh.expert.take_over()
     fresh.infer(obs)
@@ -103,6 +112,27 @@ def test_take_over_at_the_approach_point_descends_without_a_pause(env):
     fresh.infer(obs)
     first_move = [s for s in fresh.expert.plan() if s.label == "approach"][0]
     assert first_move.t1_s - first_move.t0_s >= 0.8 - 1e-9
+
+
+def test_take_over_halfway_down_goes_on_down(env):
+    """Taken over halfway down to the block, the hand does not climb back up first."""
+    obs, ee = _drive_expert_until(
+        env,
+        "pick_green_block_into_bowl",
+        4,
+        lambda ee, obj: np.linalg.norm(ee[:2] - obj[:2]) < 0.005 and ee[2] < PRE_GRASP_Z_M - 0.03,
+    )
+    fresh = ExpertRunner(env)
+    fresh.expert.take_over()
+    fresh.infer(obs)
+    approach, descend = fresh.expert.plan()[:2]
+    assert approach.pos1_m[2] == pytest.approx(ee[2], abs=1e-6)
+    assert descend.pos1_m[2] < approach.pos1_m[2]
+    # a plain reset at the same state climbs to the approach height
+    fresh.expert.reset()
+    fresh.infer(obs)
+    climb = [s for s in fresh.expert.plan() if s.label == "approach"][0]
+    assert climb.pos1_m[2] == pytest.approx(PRE_GRASP_Z_M)
 
 
 def test_recovery_episode_starts_at_the_hand_over_and_reads_back_its_layout(env, tmp_path):

@@ -33,6 +33,7 @@ from vla_edge.sim.tasks import (
 SPEED_M_PER_S = 0.12
 YAW_RATE_RAD_PER_S = 0.4
 BRISK_MIN_S = 0.1  # shortest first move of a take-over (one action step)
+TAKE_OVER_XY_TOL_M = 0.01  # a taken-over hand this close above its approach point goes on down
 PRE_GRASP_Z_M = 0.10
 CARRY_Z_M = 0.12
 RETREAT_Z_M = 0.16
@@ -223,7 +224,8 @@ class ScriptedExpert:
             b.hold("settle", 0.3, GRIP_CLOSED_CMD_M)
         else:
             grasp_z = obj_pos[2] + GRASP_ABOVE_CENTRE_M
-            b.move("approach", [obj_pos[0], obj_pos[1], PRE_GRASP_Z_M], yaw, GRIP_OPEN_CMD_M)
+            approach_z = _approach_z(b, obj_pos, grasp_z, fingers_open=True)
+            b.move("approach", [obj_pos[0], obj_pos[1], approach_z], yaw, GRIP_OPEN_CMD_M)
             b.move("descend", [obj_pos[0], obj_pos[1], grasp_z], yaw, GRIP_OPEN_CMD_M, min_s=1.0)
             b.hold("close", 0.6, GRIP_CLOSED_CMD_M)
             b.hold("settle", 0.3, GRIP_CLOSED_CMD_M)
@@ -264,7 +266,8 @@ class ScriptedExpert:
         standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + 0.015
         pre = start - standoff_m * u
         end = scene.target_xy_m - (BLOCK_HALF_M + 0.01 + 0.002) * u
-        b.move("approach", [pre[0], pre[1], PRE_GRASP_Z_M], yaw, GRIP_CLOSED_CMD_M)
+        approach_z = _approach_z(b, pre, PUSH_Z_M, fingers_open=False)
+        b.move("approach", [pre[0], pre[1], approach_z], yaw, GRIP_CLOSED_CMD_M)
         b.move("descend", [pre[0], pre[1], PUSH_Z_M], yaw, GRIP_CLOSED_CMD_M, min_s=1.0)
         self._close_s = b.t_s
         dist = float(np.linalg.norm(end - pre))
@@ -316,6 +319,24 @@ class ScriptedExpert:
         return out
 
 
+def _approach_z(b: _Builder, xy: np.ndarray, low_z: float, fingers_open: bool) -> float:
+    """Height of the approach point above ``xy``.
+
+    ``PRE_GRASP_Z_M``, unless a take-over finds the hand already over that point,
+    lower, with the fingers as the approach wants them: then the hand goes on down
+    from where it is instead of climbing back first (recorded, that climb teaches a
+    policy to back away from every approach).
+    """
+    z = float(b.pos[2])
+    if not b.brisk or b.segments or not low_z < z < PRE_GRASP_Z_M:
+        return PRE_GRASP_Z_M
+    if (b.grip >= 0.5 * GRIP_OPEN_CMD_M) != fingers_open:
+        return PRE_GRASP_Z_M
+    if float(np.linalg.norm(b.pos[:2] - np.asarray(xy[:2]))) > TAKE_OVER_XY_TOL_M:
+        return PRE_GRASP_Z_M
+    return z
+
+
 class _Builder:
     """Appends segments one after the other, each starting where the last ended."""
 
@@ -331,7 +352,7 @@ class _Builder:
         self.t_s, self.pos, self.yaw, self.grip = t_s, np.asarray(pos, dtype=float), yaw, grip
         self.tilt_rad = tilt_rad
         self.segments: list[Segment] = []
-        self._brisk = brisk
+        self.brisk = brisk
 
     def move(
         self, label: str, pos: list[float], yaw: float, grip: float, min_s: float = 0.8
@@ -339,7 +360,7 @@ class _Builder:
         target = np.asarray(pos, dtype=float)
         dist = float(np.linalg.norm(target - self.pos))
         turn_rad = abs(yaw - self.yaw) + float(np.linalg.norm(self.tilt_rad))
-        if self._brisk and not self.segments:
+        if self.brisk and not self.segments:
             min_s = BRISK_MIN_S
         dur = max(min_s, dist / SPEED_M_PER_S, turn_rad / YAW_RATE_RAD_PER_S)
         if grip != self.grip:
