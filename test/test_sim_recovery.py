@@ -135,6 +135,32 @@ def test_take_over_halfway_down_goes_on_down(env):
     assert climb.pos1_m[2] == pytest.approx(PRE_GRASP_Z_M)
 
 
+def test_take_over_of_a_moving_hand_starts_at_its_velocity(env):
+    """The plan leaves the hand's pose at the hand's measured velocity and ends at rest."""
+    obs, _ = _drive_expert_until(
+        env, "put_blue_block_on_plate", 5, lambda ee, obj: np.linalg.norm(env.ee_velocity()) > 0.05
+    )
+    v = env.ee_velocity()
+    fresh = ExpertRunner(env)
+    fresh.expert.take_over()
+    fresh.infer(obs)
+    first = fresh.expert.plan()[0]
+    dt = 1e-4
+    p0 = first.sample(first.t0_s)[0]
+    v0 = (first.sample(first.t0_s + dt)[0] - p0) / dt
+    np.testing.assert_allclose(p0, env.ee_pose()[0], atol=1e-9)
+    np.testing.assert_allclose(v0, v, atol=0.01 * np.linalg.norm(v))
+    end = first.sample(first.t1_s)[0]
+    v1 = (end - first.sample(first.t1_s - dt)[0]) / dt
+    np.testing.assert_allclose(end, first.pos1_m, atol=1e-9)
+    assert np.linalg.norm(v1) < 1e-3
+    # a plain reset starts the same plan from rest
+    fresh.expert.reset()
+    fresh.infer(obs)
+    rest = [s for s in fresh.expert.plan() if s.t1_s > s.t0_s + 1e-9][0]
+    assert not np.any(rest.vel0_m_s)
+
+
 def test_recovery_episode_starts_at_the_hand_over_and_reads_back_its_layout(env, tmp_path):
     policy = make_runner("bundled", env=env, threads=1)
     expert = ExpertRunner(env)

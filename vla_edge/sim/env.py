@@ -216,6 +216,14 @@ class TabletopEnv:
         mujoco.mju_mat2Quat(quat, self.data.site_xmat[self._ee_site])
         return self.data.site_xpos[self._ee_site].copy(), quat
 
+    def ee_velocity(self) -> np.ndarray:
+        """Linear velocity (m/s, world frame) of the end-effector pinch point."""
+        res = np.empty(6)
+        mujoco.mj_objectVelocity(
+            self.model, self.data, mujoco.mjtObj.mjOBJ_SITE, self._ee_site, res, 0
+        )
+        return res[3:].copy()
+
     def success(self) -> bool:
         """Whether the current task's success predicate holds."""
         return is_success(self.task, self.scene_state())

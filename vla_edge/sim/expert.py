@@ -69,6 +69,7 @@ class Segment:
     label: str
     tilt0_rad: np.ndarray = field(default_factory=lambda: np.zeros(3))
     tilt1_rad: np.ndarray = field(default_factory=lambda: np.zeros(3))
+    vel0_m_s: np.ndarray = field(default_factory=lambda: np.zeros(3))
 
     def sample(self, t_s: float) -> tuple[np.ndarray, np.ndarray, float]:
         """Position, orientation and opening at ``t_s`` (clamped to the segment).
@@ -81,6 +82,9 @@ class Segment:
         s = float(np.clip((t_s - self.t0_s) / span, 0.0, 1.0))
         a = s * s * s * (10.0 - 15.0 * s + 6.0 * s * s)
         pos = self.pos0_m + a * (self.pos1_m - self.pos0_m)
+        if np.any(self.vel0_m_s):
+            # quintic that leaves pos0 at vel0 and still ends at rest on pos1
+            pos = pos + span * s * (1.0 - s) ** 3 * (1.0 + 3.0 * s) * self.vel0_m_s
         quat = yaw_down_quat(self.yaw0_rad + a * (self.yaw1_rad - self.yaw0_rad))
         tilt = self.tilt0_rad + a * (self.tilt1_rad - self.tilt0_rad)
         if np.any(tilt):
@@ -151,6 +155,7 @@ class ScriptedExpert:
         self._origin_grip = float(np.clip(measured_grip, GRIP_CLOSED_CMD_M, GRIP_OPEN_CMD_M))
         self._grasp_lock: tuple[np.ndarray, float] | None = None
         self._push_lock: tuple[np.ndarray, np.ndarray] | None = None
+        self._origin_vel = np.zeros(3)
         self._dwell = True
         self._holding = False
         self.replans = 0
@@ -158,11 +163,13 @@ class ScriptedExpert:
     def take_over(self) -> None:
         """Anchor a plan at the current time and pose in the middle of an episode.
 
-        Unlike :meth:`reset` the plan starts moving at once, and when the task's
+        Unlike :meth:`reset` the plan starts moving at once, from the hand's
+        measured velocity (a moving hand is not first stopped), and when the task's
         object is already between the fingers it is lifted and carried on.
         """
         self.reset()
         self._dwell = False
+        self._origin_vel = self.env.ee_velocity()
         scene = self.env.scene_state()
         self._holding = self.env.task.kind != "push" and self._held(scene)
 
@@ -179,6 +186,7 @@ class ScriptedExpert:
         pos, quat, grip = _sample(segments, t_s)
         self._origin_s, self._origin_pos, self._origin_grip = t_s, pos, grip
         self._origin_yaw, self._origin_tilt = split_heading(quat)
+        self._origin_vel = np.zeros(3)
         self._grasp_lock = None
         self._push_lock = None
         self._holding = False
@@ -199,6 +207,7 @@ class ScriptedExpert:
             # at the approach point would otherwise wait out a minimum duration there,
             # and a policy trained on that pause cannot tell when it ends
             brisk=self.replans == 0 and not self._dwell,
+            vel0_m_s=self._origin_vel,
         )
         if self.replans == 0 and self._dwell:
             builder.hold("start", START_DWELL_S, self._origin_grip)
@@ -348,11 +357,13 @@ class _Builder:
         grip: float,
         tilt_rad: np.ndarray,
         brisk: bool = False,
+        vel0_m_s: np.ndarray | None = None,
     ) -> None:
         self.t_s, self.pos, self.yaw, self.grip = t_s, np.asarray(pos, dtype=float), yaw, grip
         self.tilt_rad = tilt_rad
         self.segments: list[Segment] = []
         self.brisk = brisk
+        self._vel0 = np.zeros(3) if vel0_m_s is None else np.asarray(vel0_m_s, dtype=float)
 
     def move(
         self, label: str, pos: list[float], yaw: float, grip: float, min_s: float = 0.8
@@ -377,6 +388,7 @@ class _Builder:
             grip,
             label,
             self.tilt_rad,
+            vel0_m_s=np.zeros(3) if self.segments else self._vel0,
         )
         self.segments.append(seg)
         self.t_s, self.pos, self.yaw, self.grip = seg.t1_s, target, yaw, grip
