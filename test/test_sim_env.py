@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from vla_edge.core.errors import InitStateOutOfRangeError, InvalidActionError, UnknownTaskError
+from vla_edge.core.errors import (
+    ConfigError,
+    InitStateOutOfRangeError,
+    InvalidActionError,
+    UnknownTaskError,
+)
 from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
 from vla_edge.sim.tasks import BLOCK_HALF_M, BOWL_FLOOR_TOP_M, OBJECTS
 
@@ -134,3 +139,18 @@ def test_larger_resolutions_render(side):
     assert obs.images["wrist"].shape == (side, side, 3)
     assert obs.images["wrist"].std() > 5
     env.close()
+
+
+def test_a_third_camera_sees_the_table_from_the_side():
+    """``side`` (three-camera configurations) renders its own view; unknown names are refused."""
+    env = TabletopEnv(image_height=32, image_width=32, cameras=("agentview", "wrist", "side"))
+    try:
+        obs = env.reset("stack_red_on_green", 0)
+        assert set(obs.images) == {"agentview", "wrist", "side"}
+        side = obs.images["side"].astype(int)
+        assert side.std() > 5
+        assert np.abs(side - obs.images["agentview"]).mean() > 5
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match=r"'top'.*'agentview', 'side'"):
+        TabletopEnv(image_height=32, image_width=32, cameras=("agentview", "top"))

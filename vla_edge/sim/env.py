@@ -60,7 +60,8 @@ class TabletopEnv:
         self.substeps = int(round(CONTROL_DT_S / timestep_s))
         for cam in cameras:
             if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, cam) < 0:
-                raise ConfigError(f"camera = {cam!r} is not in {path} (cameras: {list(CAMERAS)})")
+                names = [self.model.camera(i).name for i in range(self.model.ncam)]
+                raise ConfigError(f"camera = {cam!r} is not in {path} (cameras: {names})")
         self.cameras = tuple(cameras)
         self.image_height = int(image_height)
         self.image_width = int(image_width)
