@@ -163,9 +163,10 @@ class ScriptedExpert:
     def take_over(self) -> None:
         """Anchor a plan at the current time and pose in the middle of an episode.
 
-        Unlike :meth:`reset` the plan starts moving at once, from the hand's
-        measured velocity (a moving hand is not first stopped), and when the task's
-        object is already between the fingers it is lifted and carried on.
+        Unlike :meth:`reset` the plan starts moving at once: its first move leaves
+        the hand at its measured velocity (a moving hand is not first stopped).
+        When the task's object is already between the fingers it is lifted and
+        carried on instead (after a 0.3 s settle).
         """
         self.reset()
         self._dwell = False
