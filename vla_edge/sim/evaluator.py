@@ -36,6 +36,7 @@ from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.control.controller import Controller
 from vla_edge.core.errors import ChunkRejectedError, ConfigError
 from vla_edge.core.types import ActionChunk, Observation
+from vla_edge.nodes.prefix import prefix_from_plan
 from vla_edge.runners.base import Runner
 from vla_edge.safety.supervisor import SafetySupervisor
 
@@ -207,17 +208,16 @@ def run_episode(
                 obs = Observation(
                     stamp_s=obs.stamp_s, images=obs.images, state=obs.state, instruction=instruction
                 )
-                prefix = None
-                prefix_len = 0
-                plan = None
+                prefix, prefix_len = None, 0
                 if settings.scheme == "async" and spec.supports_prefix:
-                    plan = controller.prefix_plan(now)
-                if plan is not None and plan.horizon > 0:
-                    prefix = np.repeat(plan.positions[-1:], spec.chunk_horizon, axis=0)
-                    n = min(plan.horizon, spec.chunk_horizon)
-                    prefix[:n] = plan.positions[:n]
-                    prefix_len = min(
-                        n, int(math.floor(settings.delay_s / spec.dt_action_s + 1e-9)) + 1
+                    # the observation is taken now, in virtual time
+                    prefix, prefix_len = prefix_from_plan(
+                        controller.prefix_plan(now),
+                        now,
+                        spec.chunk_horizon,
+                        spec.dt_action_s,
+                        now,
+                        settings.delay_s,
                     )
                 noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim)).astype(
                     np.float32

@@ -234,7 +234,7 @@ class ScriptedExpert:
             b.hold("settle", 0.3, GRIP_CLOSED_CMD_M)
         else:
             grasp_z = obj_pos[2] + GRASP_ABOVE_CENTRE_M
-            approach_z = _approach_z(b, obj_pos, grasp_z, fingers_open=True)
+            approach_z = b.approach_z(obj_pos, grasp_z, fingers_open=True)
             b.move("approach", [obj_pos[0], obj_pos[1], approach_z], yaw, GRIP_OPEN_CMD_M)
             b.move("descend", [obj_pos[0], obj_pos[1], grasp_z], yaw, GRIP_OPEN_CMD_M, min_s=1.0)
             b.hold("close", 0.6, GRIP_CLOSED_CMD_M)
@@ -276,7 +276,7 @@ class ScriptedExpert:
         standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + 0.015
         pre = start - standoff_m * u
         end = scene.target_xy_m - (BLOCK_HALF_M + 0.01 + 0.002) * u
-        approach_z = _approach_z(b, pre, PUSH_Z_M, fingers_open=False)
+        approach_z = b.approach_z(pre, PUSH_Z_M, fingers_open=False)
         b.move("approach", [pre[0], pre[1], approach_z], yaw, GRIP_CLOSED_CMD_M)
         b.move("descend", [pre[0], pre[1], PUSH_Z_M], yaw, GRIP_CLOSED_CMD_M, min_s=1.0)
         self._close_s = b.t_s
@@ -329,24 +329,6 @@ class ScriptedExpert:
         return out
 
 
-def _approach_z(b: _Builder, xy: np.ndarray, low_z: float, fingers_open: bool) -> float:
-    """Height of the approach point above ``xy``.
-
-    ``PRE_GRASP_Z_M``, unless a take-over finds the hand already over that point,
-    lower, with the fingers as the approach wants them: then the hand goes on down
-    from where it is instead of climbing back first (recorded, that climb teaches a
-    policy to back away from every approach).
-    """
-    z = float(b.pos[2])
-    if not b.brisk or b.segments or not low_z < z < PRE_GRASP_Z_M:
-        return PRE_GRASP_Z_M
-    if (b.grip >= 0.5 * GRIP_OPEN_CMD_M) != fingers_open:
-        return PRE_GRASP_Z_M
-    if float(np.linalg.norm(b.pos[:2] - np.asarray(xy[:2]))) > TAKE_OVER_XY_TOL_M:
-        return PRE_GRASP_Z_M
-    return z
-
-
 class _Builder:
     """Appends segments one after the other, each starting where the last ended."""
 
@@ -366,13 +348,36 @@ class _Builder:
         self.brisk = brisk
         self._vel0 = np.zeros(3) if vel0_m_s is None else np.asarray(vel0_m_s, dtype=float)
 
+    @property
+    def _brisk_now(self) -> bool:
+        """Whether the next move is a take-over's first one."""
+        return self.brisk and not self.segments
+
+    def approach_z(self, xy: np.ndarray, low_z: float, fingers_open: bool) -> float:
+        """Height of the approach point above ``xy``.
+
+        ``PRE_GRASP_Z_M``, unless a take-over finds the hand already over that point,
+        lower, with the fingers as the approach wants them: then the hand goes on down
+        from where it is instead of climbing back first (recorded, that climb teaches a
+        policy to back away from every approach).
+        """
+        z = float(self.pos[2])
+        if not self._brisk_now or not low_z < z < PRE_GRASP_Z_M:
+            return PRE_GRASP_Z_M
+        if (self.grip >= 0.5 * GRIP_OPEN_CMD_M) != fingers_open:
+            return PRE_GRASP_Z_M
+        if float(np.linalg.norm(self.pos[:2] - np.asarray(xy[:2]))) > TAKE_OVER_XY_TOL_M:
+            return PRE_GRASP_Z_M
+        return z
+
     def move(
         self, label: str, pos: list[float], yaw: float, grip: float, min_s: float = 0.8
     ) -> None:
         target = np.asarray(pos, dtype=float)
         dist = float(np.linalg.norm(target - self.pos))
         turn_rad = abs(yaw - self.yaw) + float(np.linalg.norm(self.tilt_rad))
-        if self.brisk and not self.segments:
+        brisk = self._brisk_now
+        if brisk:
             min_s = BRISK_MIN_S
         dur = max(min_s, dist / SPEED_M_PER_S, turn_rad / YAW_RATE_RAD_PER_S)
         if grip != self.grip:
@@ -389,7 +394,7 @@ class _Builder:
             grip,
             label,
             self.tilt_rad,
-            vel0_m_s=np.zeros(3) if self.segments else self._vel0,
+            vel0_m_s=self._vel0 if brisk else np.zeros(3),
         )
         self.segments.append(seg)
         self.t_s, self.pos, self.yaw, self.grip = seg.t1_s, target, yaw, grip
