@@ -128,6 +128,28 @@ class TrainConfig(_Strict):
     destination's positions from the fused context (language-conditioned)."""
     layout_loss_steps: int = Field(20, ge=1)
     """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get either."""
+    instruction_rewordings: dict[str, list[str]] = Field(default_factory=dict)
+    """Other wordings of a recorded instruction (key: the instruction as recorded),
+    used in place of it with probability ``reword_probability``. Keep them apart
+    from any wordings held out for evaluation."""
+    reword_probability: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a training sample's instruction is replaced by one of its
+    ``instruction_rewordings`` (uniformly); validation always uses the recorded one."""
+
+    @model_validator(mode="after")
+    def _check_rewordings(self) -> TrainConfig:
+        for key, wordings in self.instruction_rewordings.items():
+            if not key.strip():
+                raise ValueError("instruction_rewordings has an empty instruction as a key")
+            if not wordings:
+                raise ValueError(f"instruction_rewordings[{key!r}] is an empty list")
+            for text in wordings:
+                if not text.strip() or text == key:
+                    raise ValueError(
+                        f"instruction_rewordings[{key!r}] holds {text!r}: each rewording "
+                        "must be a non-empty string other than the instruction itself"
+                    )
+        return self
 
 
 class TrainFileConfig(_Strict):
