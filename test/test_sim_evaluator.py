@@ -27,9 +27,11 @@ class StandStillRunner:
     def __init__(self) -> None:
         self.spec = RunnerSpec(JOINTS, 10, 0.1, ("agentview", "wrist"), 32, 32)
         self.calls = 0
+        self.noises: list[np.ndarray] = []
 
     def infer(self, obs: Observation, noise=None, prefix_actions=None, prefix_len=0):
         self.calls += 1
+        self.noises.append(np.array(noise))
         positions = np.repeat(np.asarray(obs.state, dtype=np.float64)[None], 10, axis=0)
         return ActionChunk(obs.stamp_s, 0.1, JOINTS, positions)
 
@@ -115,6 +117,23 @@ def test_bad_settings_are_named():
         EvalSettings(delay_s=-1.0)
     with pytest.raises(ConfigError, match="instructions"):
         EvalSettings(instructions="french")
+    with pytest.raises(ConfigError, match="noise_scale"):
+        EvalSettings(noise_scale=-0.5)
+
+
+def test_noise_scale_scales_the_start_noise_the_policy_gets(env, configs):
+    short = dataclasses.replace(get_task("lift_green_block"), budget_s=0.6)
+    seen = {}
+    for scale in (1.0, 0.5, 0.0):
+        runner = StandStillRunner()
+        settings = EvalSettings(noise_scale=scale)
+        result = evaluate(env, lambda _env: runner, [short], 1, settings, *configs, policy_name="s")
+        assert result["settings"]["noise_scale"] == scale
+        seen[scale] = np.stack(runner.noises)
+    assert seen[1.0].shape[0] >= 2 and seen[1.0].shape[1:] == (10, 7)
+    assert 0.8 < seen[1.0].std() < 1.2
+    np.testing.assert_allclose(seen[0.5], 0.5 * seen[1.0], rtol=1e-6)
+    assert not seen[0.0].any()
 
 
 def test_eval_in_worker_processes_matches_one_process(tmp_path, capsys):

@@ -31,6 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default="async", choices=["async", "sync", "lerobot"])
     parser.add_argument("--replan-steps", type=int, default=5, help="sync scheme: steps per chunk")
     parser.add_argument("--instructions", default="canonical", choices=["canonical", "paraphrase"])
+    parser.add_argument(
+        "--noise-scale",
+        type=float,
+        default=1.0,
+        help="std of the flow-matching start noise (1.0: as trained)",
+    )
     parser.add_argument("--image-size", type=int, default=None, help="square render size (px)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -68,6 +74,7 @@ def _settings(args: argparse.Namespace, controller_cfg: ControllerConfig):  # no
         scheme=args.scheme,
         replan_steps=args.replan_steps,
         instructions=args.instructions,
+        noise_scale=args.noise_scale,
     )
 
 

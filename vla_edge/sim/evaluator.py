@@ -52,6 +52,8 @@ class EvalSettings:
     scheme: str = "async"
     replan_steps: int = 5
     instructions: str = "canonical"
+    noise_scale: float = 1.0
+    """Standard deviation of the flow-matching start noise (1.0: as trained)."""
     success_check_period_s: float = 0.1
     settle_s: float = 0.3
     video_fps: float = 10.0
@@ -65,6 +67,8 @@ class EvalSettings:
             raise ConfigError(
                 f"instructions = {self.instructions!r}: expected 'canonical' or 'paraphrase'"
             )
+        if not 0.0 <= self.noise_scale <= 4.0:
+            raise ConfigError(f"noise_scale = {self.noise_scale}: expected 0 <= noise_scale <= 4")
         if self.replan_steps < 1:
             raise ConfigError(f"replan_steps = {self.replan_steps}: must be >= 1")
 
@@ -222,6 +226,8 @@ def run_episode(
                 noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim)).astype(
                     np.float32
                 )
+                if settings.noise_scale != 1.0:
+                    noise *= np.float32(settings.noise_scale)
                 t0 = time.perf_counter()
                 chunk = runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len)
                 inference_ms.append((time.perf_counter() - t0) * 1e3)
@@ -424,6 +430,7 @@ def summarize(
             "scheme": settings.scheme,
             "replan_steps": settings.replan_steps if settings.scheme == "sync" else None,
             "instructions": settings.instructions,
+            "noise_scale": settings.noise_scale,
             "episodes_per_task": episodes,
             "seed": seed,
             "controller_rate_hz": controller_base.rate_hz,
