@@ -131,3 +131,21 @@ def test_missing_node_section_is_refused(tmp_path: Path) -> None:
 def test_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_node_params(tmp_path / "nope.yaml", "safety_node", SafetyConfig)
+
+
+def test_noise_scale_is_bounded_and_scales_the_same_draws(tmp_path: Path) -> None:
+    import numpy as np
+
+    from vla_edge.config.models import DEFAULT_NOISE_SCALE
+    from vla_edge.runners.base import start_noise
+
+    shipped = load_node_params(CONFIG_DIR / "inference.yaml", "inference_node", InferenceConfig)
+    assert shipped.noise_scale == DEFAULT_NOISE_SCALE
+    path = write(tmp_path, "inference_node:\n  ros__parameters:\n    noise_scale: -1.0\n")
+    with pytest.raises(ConfigError, match="noise_scale = -1.0"):
+        load_node_params(path, "inference_node", InferenceConfig)
+    full = start_noise(np.random.default_rng(4), 10, 7, 1.0)
+    half = start_noise(np.random.default_rng(4), 10, 7, 0.5)
+    assert full.dtype == half.dtype == np.float32 and full.shape == (10, 7)
+    np.testing.assert_allclose(half, 0.5 * full, rtol=1e-6)
+    assert not start_noise(np.random.default_rng(4), 10, 7, 0.0).any()

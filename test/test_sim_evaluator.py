@@ -127,7 +127,9 @@ def test_noise_scale_scales_the_start_noise_the_policy_gets(env, configs):
     for scale in (1.0, 0.5, 0.0):
         runner = StandStillRunner()
         settings = EvalSettings(noise_scale=scale)
-        result = evaluate(env, lambda _env: runner, [short], 1, settings, *configs, policy_name="s")
+        result = evaluate(
+            env, lambda _env, r=runner: r, [short], 1, settings, *configs, policy_name="s"
+        )
         assert result["settings"]["noise_scale"] == scale
         seen[scale] = np.stack(runner.noises)
     assert seen[1.0].shape[0] >= 2 and seen[1.0].shape[1:] == (10, 7)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
 from vla_edge.control.controller import Controller
 from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
@@ -42,7 +42,7 @@ from vla_edge.core.types import ActionChunk, JointCommand, Observation
 from vla_edge.faults.injectors import CpuAffinityCap, Injector, make_injector
 from vla_edge.faults.scenario import FaultScenario
 from vla_edge.nodes.prefix import prefix_from_plan
-from vla_edge.runners.base import Runner
+from vla_edge.runners.base import Runner, start_noise
 
 DEAD = -1  # watchdog severity recorded while the controller process is dead
 
@@ -59,6 +59,7 @@ class HarnessSettings:
         success_check_period_s: how often the task predicate is evaluated.
         stop_on_success: end the episode when the task succeeds (benchmarks).
         seed: seed of the flow-matching noise passed to learned runners.
+        noise_scale: standard deviation of that noise.
     """
 
     task: str = "lift_green_block"
@@ -68,6 +69,7 @@ class HarnessSettings:
     success_check_period_s: float = 0.1
     stop_on_success: bool = False
     seed: int = 0
+    noise_scale: float = DEFAULT_NOISE_SCALE
 
 
 @dataclass
@@ -316,10 +318,8 @@ class FaultHarness:
                         clock,
                         settings.inference_delay_s,
                     )
-                noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim))
-                chunk, delay_s, wall_ms = self._infer(
-                    inj, obs, t, noise.astype(np.float32), prefix, prefix_len
-                )
+                noise = start_noise(rng, spec.chunk_horizon, spec.action_dim, settings.noise_scale)
+                chunk, delay_s, wall_ms = self._infer(inj, obs, t, noise, prefix, prefix_len)
                 infer_wall_ms.append(wall_ms)
                 pending = (t + delay_s, chunk)
 

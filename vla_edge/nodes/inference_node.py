@@ -54,7 +54,7 @@ from vla_edge.nodes.observation_slot import InferenceInput, ObservationSlot
 from vla_edge.nodes.params import config_from_parameters
 from vla_edge.nodes.prefix import prefix_from_plan
 from vla_edge.nodes.sim_state import ShadowScene, decode_sim_state
-from vla_edge.runners.base import Runner
+from vla_edge.runners.base import Runner, start_noise
 
 DIAGNOSTIC_NAME = "vla_edge/inference"
 DIAGNOSTICS_PERIOD_S = 1.0
@@ -279,7 +279,7 @@ class InferenceNode(Node):
                 start_s,
                 self.expected_delay_s,
             )
-        noise = self.rng.standard_normal((spec.chunk_horizon, spec.action_dim)).astype(np.float32)
+        noise = start_noise(self.rng, spec.chunk_horizon, spec.action_dim, self.config.noise_scale)
         chunk = self.runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len)
         wall_ms = (time.perf_counter() - wall0) * 1e3
         publish_s = self._now_s()

@@ -7,7 +7,19 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from vla_edge.config.models import DEFAULT_NOISE_SCALE
 from vla_edge.core.types import ActionChunk, Observation
+
+
+def start_noise(
+    rng: np.random.Generator, horizon: int, action_dim: int, scale: float = DEFAULT_NOISE_SCALE
+) -> np.ndarray:
+    """``[horizon, action_dim]`` float32: ``scale`` × standard normal draws from ``rng``.
+
+    Every caller that passes noise to ``Runner.infer`` draws it here; the draws
+    consumed from ``rng`` do not depend on ``scale``.
+    """
+    return (rng.standard_normal((horizon, action_dim)) * scale).astype(np.float32)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import numpy as np
 from vla_edge.core.errors import InvalidObservationError
 from vla_edge.core.types import Observation
 from vla_edge.policy.normalize import ActionCodec
-from vla_edge.runners.base import RunnerSpec
+from vla_edge.runners.base import RunnerSpec, start_noise
 
 
 def images_to_nchw(images: dict[str, np.ndarray], cameras: tuple[str, ...]) -> np.ndarray:
@@ -45,7 +45,7 @@ def noise_input(
         InvalidObservationError: ``noise`` has the wrong shape or a non-finite value.
     """
     if noise is None:
-        return rng.standard_normal((1, horizon, action_dim)).astype(np.float32)
+        return start_noise(rng, horizon, action_dim)[None]
     arr = np.asarray(noise, dtype=np.float32)
     if arr.shape not in ((horizon, action_dim), (1, horizon, action_dim)):
         raise InvalidObservationError(

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vla_edge.config.models import DEFAULT_NOISE_SCALE
 from vla_edge.core.errors import InvalidObservationError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.policy.model import VlaPolicy, load_checkpoint
@@ -79,7 +80,7 @@ class TorchRunner:
     def _noise(self, noise: np.ndarray | None) -> torch.Tensor:
         h, a = self.spec.chunk_horizon, self.spec.action_dim
         if noise is None:
-            return torch.randn(1, h, a, generator=self._generator)
+            return torch.randn(1, h, a, generator=self._generator) * DEFAULT_NOISE_SCALE
         arr = np.asarray(noise, dtype=np.float32)
         if arr.shape not in ((h, a), (1, h, a)):
             raise InvalidObservationError(f"noise shape = {arr.shape}, expected ({h}, {a})")

@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--noise-scale",
         type=float,
-        default=1.0,
-        help="std of the flow-matching start noise (1.0: as trained)",
+        default=None,
+        help="std of the flow-matching start noise (default: the runners' default, "
+        "vla_edge.runners.base.DEFAULT_NOISE_SCALE; 1.0: as trained)",
     )
     parser.add_argument("--image-size", type=int, default=None, help="square render size (px)")
     parser.add_argument("--threads", type=int, default=2)
@@ -66,6 +67,7 @@ def _configs(args: argparse.Namespace) -> tuple[ControllerConfig, SafetyConfig]:
 
 
 def _settings(args: argparse.Namespace, controller_cfg: ControllerConfig):  # noqa: ANN202
+    from vla_edge.config.models import DEFAULT_NOISE_SCALE
     from vla_edge.sim.evaluator import EvalSettings
 
     return EvalSettings(
@@ -74,7 +76,7 @@ def _settings(args: argparse.Namespace, controller_cfg: ControllerConfig):  # no
         scheme=args.scheme,
         replan_steps=args.replan_steps,
         instructions=args.instructions,
-        noise_scale=args.noise_scale,
+        noise_scale=DEFAULT_NOISE_SCALE if args.noise_scale is None else args.noise_scale,
     )
 
 

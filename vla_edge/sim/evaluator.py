@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
 from vla_edge.control.controller import Controller
 from vla_edge.core.errors import ChunkRejectedError, ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.nodes.prefix import prefix_from_plan
-from vla_edge.runners.base import Runner
+from vla_edge.runners.base import Runner, start_noise
 from vla_edge.safety.supervisor import SafetySupervisor
 
 SCHEMES = ("async", "sync", "lerobot")
@@ -52,7 +52,7 @@ class EvalSettings:
     scheme: str = "async"
     replan_steps: int = 5
     instructions: str = "canonical"
-    noise_scale: float = 1.0
+    noise_scale: float = DEFAULT_NOISE_SCALE
     """Standard deviation of the flow-matching start noise (1.0: as trained)."""
     success_check_period_s: float = 0.1
     settle_s: float = 0.3
@@ -223,11 +223,7 @@ def run_episode(
                         now,
                         settings.delay_s,
                     )
-                noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim)).astype(
-                    np.float32
-                )
-                if settings.noise_scale != 1.0:
-                    noise *= np.float32(settings.noise_scale)
+                noise = start_noise(rng, spec.chunk_horizon, spec.action_dim, settings.noise_scale)
                 t0 = time.perf_counter()
                 chunk = runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len)
                 inference_ms.append((time.perf_counter() - t0) * 1e3)
