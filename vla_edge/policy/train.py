@@ -68,11 +68,9 @@ class LanguageTable:
     ) -> None:
         texts = list(instructions)
         rows = []
-        for instruction in instructions:
+        for i, instruction in enumerate(instructions):
             extra = rewordings.get(instruction, [])
-            rows.append(
-                [instructions.index(instruction)] + list(range(len(texts), len(texts) + len(extra)))
-            )
+            rows.append([i, *range(len(texts), len(texts) + len(extra))])
             texts.extend(extra)
         self.texts = texts
         self.embeddings = embed_instructions(texts, max_tokens)

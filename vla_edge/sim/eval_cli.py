@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
 from vla_edge.config.paths import config_path
 
 
@@ -34,9 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--noise-scale",
         type=float,
-        default=None,
-        help="std of the flow-matching start noise (default: the runners' default, "
-        "vla_edge.runners.base.DEFAULT_NOISE_SCALE; 1.0: as trained)",
+        default=DEFAULT_NOISE_SCALE,
+        help="std of the flow-matching start noise (1.0: as trained; default %(default)s)",
     )
     parser.add_argument("--image-size", type=int, default=None, help="square render size (px)")
     parser.add_argument("--threads", type=int, default=2)
@@ -67,7 +66,6 @@ def _configs(args: argparse.Namespace) -> tuple[ControllerConfig, SafetyConfig]:
 
 
 def _settings(args: argparse.Namespace, controller_cfg: ControllerConfig):  # noqa: ANN202
-    from vla_edge.config.models import DEFAULT_NOISE_SCALE
     from vla_edge.sim.evaluator import EvalSettings
 
     return EvalSettings(
@@ -76,7 +74,7 @@ def _settings(args: argparse.Namespace, controller_cfg: ControllerConfig):  # no
         scheme=args.scheme,
         replan_steps=args.replan_steps,
         instructions=args.instructions,
-        noise_scale=DEFAULT_NOISE_SCALE if args.noise_scale is None else args.noise_scale,
+        noise_scale=args.noise_scale,
     )
 
 
