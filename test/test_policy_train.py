@@ -245,3 +245,50 @@ def test_rewordings_of_an_unrecorded_instruction_or_empty_ones_are_named_errors(
     for bad in ({"a b": []}, {"a b": ["  "]}, {"a b": ["a b"]}):
         with pytest.raises(ConfigError, match="instruction_rewordings"):
             validate_params(TrainConfig, {"instruction_rewordings": bad}, "train.yaml")
+
+
+def test_update_ema_moves_the_average_towards_the_weights_and_copies_buffers() -> None:
+    from vla_edge.policy.train import ema_decay_at, update_ema
+
+    model = torch.nn.BatchNorm1d(3)
+    average = torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        model.weight.fill_(2.0)
+        average.weight.fill_(1.0)
+        model.running_mean.fill_(5.0)
+    update_ema(average, model, 0.9)
+    assert torch.allclose(average.weight, torch.full((3,), 1.1))
+    assert torch.equal(average.running_mean, model.running_mean)
+    assert ema_decay_at(0, 0.999) == pytest.approx(0.1)
+    assert ema_decay_at(100_000, 0.999) == 0.999
+
+
+def test_ema_checkpoint_holds_the_average_and_resumes_exactly(tmp_path, trained) -> None:
+    from vla_edge.policy.model import read_checkpoint
+    from vla_edge.policy.train import RAW_WEIGHTS_KEY
+
+    _, root, _ = trained
+    cfg = _file_cfg(40)
+    cfg.train.checkpoint_every = 20
+    cfg.train.ema_decay = 0.9
+    full = train(root / "data", tmp_path / "full.pt", cfg, progress=False)
+    payload = read_checkpoint(tmp_path / "full.pt")
+    raw = payload["train_modules"][RAW_WEIGHTS_KEY]
+    name, stage = next(iter(payload["stages"].items()))
+    key = next(k for k, v in stage.items() if v.is_floating_point() and v.numel() > 1)
+    assert not torch.equal(stage[key], raw[f"{name}.{key}"])  # the average, not the raw weights
+    plain = _file_cfg(40)
+    plain.train.checkpoint_every = 20
+    train(root / "data", tmp_path / "plain.pt", plain, progress=False)
+    plain_payload = read_checkpoint(tmp_path / "plain.pt")
+    assert torch.equal(plain_payload["stages"][name][key], raw[f"{name}.{key}"])  # same raw run
+    plain_val = plain_payload["meta"]["history"]["val_loss"][-1][1]
+    assert full["history"]["val_loss"][-1][1] != pytest.approx(plain_val)
+    half = _file_cfg(20)
+    half.train.ema_decay = 0.9
+    train(root / "data", tmp_path / "resumed.pt", half, progress=False)
+    resumed = train(root / "data", tmp_path / "resumed.pt", cfg, resume=True, progress=False)
+    assert resumed["start_step"] == 20
+    a = load_checkpoint(tmp_path / "full.pt").checkpoint_info["weights_sha256"]
+    b = load_checkpoint(tmp_path / "resumed.pt").checkpoint_info["weights_sha256"]
+    assert a == b

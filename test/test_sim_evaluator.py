@@ -162,3 +162,23 @@ def test_eval_rejects_zero_workers(capsys):
 
     assert cli_main(["eval", "--policy", "expert", "--workers", "0"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_eval_flow_steps_sets_the_checkpoints_euler_steps_and_is_refused_elsewhere(capsys):
+    import argparse
+
+    from vla_edge.cli import main as cli_main
+    from vla_edge.sim import eval_cli
+
+    assert cli_main(["eval", "--policy", "expert", "--flow-steps", "5"]) == 2
+    assert "--flow-steps applies to a torch checkpoint" in capsys.readouterr().err
+    assert cli_main(["eval", "--policy", "bundled", "--flow-steps", "0"]) == 2
+    assert "--flow-steps = 0" in capsys.readouterr().err
+    parser = argparse.ArgumentParser()
+    eval_cli.add_arguments(parser)
+    args = parser.parse_args(["--policy", "bundled", "--flow-steps", "3", "--threads", "1"])
+    _, runner, _ = eval_cli._env_and_runner(args)
+    try:
+        assert runner.policy.action_head.flow_steps == 3
+    finally:
+        runner.close()

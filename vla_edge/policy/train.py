@@ -16,6 +16,9 @@
   the instruction must pick them out. Closed-loop success hinges on heading
   for the instructed object from the start pose, which the action loss alone
   teaches slowly.
+* ``ema_decay > 0`` keeps an exponential moving average of the weights; the
+  checkpoint's policy is that average (the raw weights are stored beside it
+  to resume), which smooths out the step-to-step jitter of the last updates.
 * Everything random in step ``s`` is drawn from generators seeded by
   ``(seed, s)``, so a run resumed from a checkpoint (``--resume``) follows the
   same trajectory as one that was never interrupted.
@@ -24,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import time
 from pathlib import Path
@@ -155,6 +159,24 @@ def make_probes(
                 tokens, config.d_model, known.shape[1], known.mean(axis=0), std
             )
     return probes
+
+
+RAW_WEIGHTS_KEY = "raw_policy"
+"""``train_modules`` entry holding the un-averaged weights of an EMA run."""
+
+
+def ema_decay_at(step: int, decay: float) -> float:
+    """Effective EMA decay after update ``step`` (0-based): ramps up to ``decay``."""
+    return min(decay, (1.0 + step) / (10.0 + step))
+
+
+@torch.no_grad()
+def update_ema(average: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
+    """``average <- decay * average + (1 - decay) * model``; buffers are copied."""
+    for a, m in zip(average.parameters(), model.parameters(), strict=True):
+        a.lerp_(m, 1.0 - decay)
+    for a, m in zip(average.buffers(), model.buffers(), strict=True):
+        a.copy_(m)
 
 
 def learning_rate_at(step: int, cfg: TrainConfig) -> float:
@@ -323,6 +345,7 @@ def train(
         _check_resume_config(source["model_config"], cfg, Path(init_from))
         for name, state in source["stages"].items():
             getattr(policy, name).load_state_dict(state)
+    average = None
     if resume and out.is_file():
         payload = read_checkpoint(out)
         _check_resume_config(payload["model_config"], cfg, out)
@@ -333,11 +356,20 @@ def train(
         start_step = int(payload.get("step", 0))
         meta = payload.get("meta") or {}
         stored = payload.get("train_modules") or {}
+        if tcfg.ema_decay > 0.0 and RAW_WEIGHTS_KEY in stored:
+            average = copy.deepcopy(policy)  # the stored stages are the average
+            policy.load_state_dict(stored[RAW_WEIGHTS_KEY])
         for name, probe in probes.items():
             if f"{name}_probe" in stored:
                 probe.load_state_dict(stored[f"{name}_probe"])
         history = meta.get("history", history)
         wall_before_s = float(meta.get("train_wall_time_s", 0.0))
+    if tcfg.ema_decay > 0.0 and average is None:
+        average = copy.deepcopy(policy)
+    if average is not None:
+        average.requires_grad_(False)
+        average.eval()
+    deployed = policy if average is None else average
     policy.train()
 
     meta_base = {
@@ -355,14 +387,17 @@ def train(
         meta = dict(meta_base)
         meta["history"] = history
         meta["train_wall_time_s"] = wall_before_s + time.perf_counter() - t0
+        extra = {f"{k}_probe": m.state_dict() for k, m in probes.items()}
+        if average is not None:
+            extra[RAW_WEIGHTS_KEY] = policy.state_dict()
         save_checkpoint(
             out,
-            policy,
+            deployed,
             train_config=tcfg.model_dump(mode="json"),
             step=step,
             optimizer_state=optimizer.state_dict(),
             meta=meta,
-            train_modules={f"{k}_probe": m.state_dict() for k, m in probes.items()} or None,
+            train_modules=extra or None,
         )
 
     bar = tqdm(
@@ -389,6 +424,8 @@ def train(
         total.backward()
         torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip_norm)
         optimizer.step()
+        if average is not None:
+            update_ema(average, policy, ema_decay_at(step, tcfg.ema_decay))
         value = float(loss.detach())
         running = value if running is None else 0.98 * running + 0.02 * value
         history["train_loss"].append([step, value])
@@ -399,7 +436,7 @@ def train(
             history.setdefault(f"{name}_loss", []).append([step, aux_value])
         done = step + 1
         if val_set is not None and (done % tcfg.val_every == 0 or done == tcfg.steps):
-            val = validation_loss(policy, val_set, lang_val, tcfg)
+            val = validation_loss(deployed, val_set, lang_val, tcfg)
             history["val_loss"].append([done, val])
             aux_text = "".join(f" {k}_loss {v:.4f}" for k, v in running_aux.items())
             bar.write(f"step {done}: train_loss {running:.4f} val_loss {val:.4f}{aux_text}")

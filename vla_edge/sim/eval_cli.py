@@ -37,6 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_NOISE_SCALE,
         help="std of the flow-matching start noise (1.0: as trained; default %(default)s)",
     )
+    parser.add_argument(
+        "--flow-steps",
+        type=int,
+        default=None,
+        help="Euler steps K of a torch checkpoint (default: the checkpoint's; exports fix K)",
+    )
     parser.add_argument("--image-size", type=int, default=None, help="square render size (px)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -84,13 +90,14 @@ def _env_and_runner(args: argparse.Namespace):  # noqa: ANN202 - (env, Runner, s
     from vla_edge.sim.env import TabletopEnv
 
     if args.image_size is None and args.policy != "expert":
-        runner = make_runner(args.policy, threads=args.threads)
+        runner = make_runner(args.policy, threads=args.threads, flow_steps=args.flow_steps)
         size = (runner.spec.image_height, runner.spec.image_width)
         env = TabletopEnv(image_height=size[0], image_width=size[1], cameras=runner.spec.cameras)
         return env, runner, size
     side = args.image_size or 64
     env = TabletopEnv(image_height=side, image_width=side, cameras=["agentview", "wrist"])
-    return env, make_runner(args.policy, env=env, threads=args.threads), (side, side)
+    runner = make_runner(args.policy, env=env, threads=args.threads, flow_steps=args.flow_steps)
+    return env, runner, (side, side)
 
 
 def _progress_printer(args: argparse.Namespace, total: int):  # noqa: ANN202
@@ -184,6 +191,18 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print(f"--workers = {args.workers}: must be >= 1", file=sys.stderr)
         return 2
+    if args.flow_steps is not None:
+        from vla_edge.runners.factory import resolve_policy_path
+
+        if args.policy == "expert" or not resolve_policy_path(args.policy).is_file():
+            print(
+                f"--flow-steps applies to a torch checkpoint; {args.policy!r} fixes its own",
+                file=sys.stderr,
+            )
+            return 2
+        if not 1 <= args.flow_steps <= 100:
+            print(f"--flow-steps = {args.flow_steps}: expected 1 <= K <= 100", file=sys.stderr)
+            return 2
     controller_cfg, safety_cfg = _configs(args)
     names = args.tasks or list_tasks()
     tasks = [get_task(n) for n in names]
@@ -209,6 +228,7 @@ def run(args: argparse.Namespace) -> int:
         )
     result["settings"]["image_size"] = list(size)
     result["settings"]["workers"] = args.workers
+    result["settings"]["flow_steps"] = args.flow_steps
     result["wall_time_s"] = time.perf_counter() - started
     text = json.dumps(result, indent=2)
     if args.json:
