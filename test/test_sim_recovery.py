@@ -213,3 +213,36 @@ def test_take_over_never_commands_an_opening_outside_the_command_range(env):
     chunk = runner.infer(env.observe(render=False))
     assert np.all(chunk.positions[:, 6] >= GRIP_CLOSED_CMD_M - 1e-12)
     assert np.all(chunk.positions[:, 6] <= GRIP_OPEN_CMD_M + 1e-12)
+
+
+def test_failures_only_skips_a_run_the_policy_solves_and_takes_over_a_stalled_one(env):
+    policy = make_runner("bundled", env=env, threads=1)
+    expert = ExpertRunner(env)
+    try:
+        # lift #0 (train split): the bundled policy lifts the block after about 4 s;
+        # lift #1: it has not by 12 s
+        solved = rollout_recovery(
+            env, expert, policy, "lift_green_block", 0, handover_s=12.0, failures_only=True
+        )
+        assert env.success() and env.time_s < 12.0
+        stalled = rollout_recovery(
+            env, expert, policy, "lift_green_block", 1, handover_s=12.0, failures_only=True
+        )
+    finally:
+        policy.close()
+    assert solved.solved_by_policy and not solved.success
+    assert solved.actions == [] and solved.handover_s is None
+    assert not stalled.solved_by_policy and stalled.success
+    assert stalled.handover_s == pytest.approx(12.0)
+    assert len(stalled.actions) > 0
+
+
+def test_collect_refuses_failures_only_without_a_policy(tmp_path):
+    with pytest.raises(SystemExit, match="failures_only needs recover_with"):
+        main(
+            [
+                "collect", "--episodes-per-task", "1", "--out", str(tmp_path / "r"),
+                "--tasks", "lift_green_block", "--failures-only", "--no-progress",
+            ]
+        )  # fmt: skip
+    assert not (tmp_path / "r").exists()
