@@ -246,3 +246,22 @@ def test_collect_refuses_failures_only_without_a_policy(tmp_path):
             ]
         )  # fmt: skip
     assert not (tmp_path / "r").exists()
+
+
+def test_failures_only_ends_when_the_driving_policy_solves_every_run(tmp_path):
+    from vla_edge.sim.collect import FAILURES_ONLY_MAX_RUNS_FACTOR, collect
+
+    # the scripted expert drives: it lifts the block well before the 12 s hand-over
+    stats = collect(
+        tmp_path / "r",
+        ["lift_green_block"],
+        1,
+        image_size=32,
+        progress=False,
+        recover_with="expert",
+        handover_range_s=(12.0, 12.0),
+        failures_only=True,
+    )
+    row = stats["lift_green_block"]
+    assert row["successes"] == 0
+    assert row["attempts"] == row["solved_by_policy"] == FAILURES_ONLY_MAX_RUNS_FACTOR

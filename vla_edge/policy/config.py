@@ -133,13 +133,13 @@ class TrainConfig(_Strict):
     used in place of it with probability ``reword_probability``. Keep them apart
     from any wordings held out for evaluation."""
     reword_probability: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a training sample's instruction is replaced by one of its
+    ``instruction_rewordings`` (uniformly); validation always uses the recorded one."""
     ema_decay: float = Field(0.0, ge=0.0, lt=1.0)
     """Decay of an exponential moving average of the weights (0: off). When on, the
     checkpoint's policy (and the validation loss) is the average; the raw weights
     travel with it for ``--resume``. The effective decay ramps up as
     ``min(ema_decay, (1 + s) / (10 + s))`` over the run's steps ``s``."""
-    """Probability that a training sample's instruction is replaced by one of its
-    ``instruction_rewordings`` (uniformly); validation always uses the recorded one."""
 
     @model_validator(mode="after")
     def _check_rewordings(self) -> TrainConfig:

@@ -41,6 +41,9 @@ RECOVERY_MIN_BUDGET_S = 15.0
 HANDOVER_RANGE_S = (0.5, 8.0)
 # stop recording once success has held this long (shows the release and retreat)
 SUCCESS_HOLD_S = 1.0
+# failures-only collection: at most this many runs per requested episode in all
+# (runs the policy solves included), so a policy that solves every run ends it
+FAILURES_ONLY_MAX_RUNS_FACTOR = 10
 
 
 @dataclass
@@ -242,8 +245,9 @@ def collect(
     ``recover_with`` (a ``--policy`` string) every episode is a recovery
     episode (:func:`rollout_recovery`) whose hand-over time is drawn uniformly
     from ``handover_range_s``; with ``failures_only`` runs the policy solves
-    before the hand-over are skipped (and not counted against
-    ``max_attempts_factor``). Returns per-task statistics (successes,
+    before the hand-over are skipped (not counted against
+    ``max_attempts_factor``; at most ``FAILURES_ONLY_MAX_RUNS_FACTOR`` runs per
+    requested episode in all). Returns per-task statistics (successes,
     attempts, runs solved by the policy, mean wall time).
     """
     for name in tasks:
@@ -268,6 +272,7 @@ def collect(
         for name in tasks:
             path = out_dir / f"{name}.hdf5"
             kept = attempts = solved = 0
+            max_runs = max(max_attempts_factor, FAILURES_ONLY_MAX_RUNS_FACTOR) * episodes_per_task
             walls = []
             with h5py.File(path, "w") as f:
                 data = f.create_group("data")
@@ -283,6 +288,7 @@ def collect(
                 while (
                     kept < episodes_per_task
                     and attempts - solved < max_attempts_factor * episodes_per_task
+                    and attempts < max_runs
                 ):
                     init_id = seed * 10_000 + attempts
                     attempts += 1
