@@ -96,18 +96,26 @@ def test_changing_only_the_instruction_changes_the_actions(trained) -> None:
     assert b[-1, 0] - b[0, 0] < -0.1
 
 
-def test_resume_continues_to_the_same_weights_as_an_uninterrupted_run(tmp_path, trained) -> None:
-    _, root, _ = trained
+def _run_whole_and_resumed(data, tmp_path, ema_decay: float = 0.0) -> tuple[dict, dict]:
+    """40 steps in one go (``full.pt``) and 20 + 20 with ``--resume`` (``resumed.pt``)."""
     cfg = _file_cfg(40)
     cfg.train.checkpoint_every = 20
-    full = train(root / "data", tmp_path / "full.pt", cfg, progress=False)
-    cfg_half = _file_cfg(20)
-    train(root / "data", tmp_path / "resumed.pt", cfg_half, progress=False)
-    resumed = train(root / "data", tmp_path / "resumed.pt", cfg, resume=True, progress=False)
+    cfg.train.ema_decay = ema_decay
+    full = train(data, tmp_path / "full.pt", cfg, progress=False)
+    half = _file_cfg(20)
+    half.train.ema_decay = ema_decay
+    train(data, tmp_path / "resumed.pt", half, progress=False)
+    resumed = train(data, tmp_path / "resumed.pt", cfg, resume=True, progress=False)
     assert resumed["start_step"] == 20
     a = load_checkpoint(tmp_path / "full.pt").checkpoint_info["weights_sha256"]
     b = load_checkpoint(tmp_path / "resumed.pt").checkpoint_info["weights_sha256"]
     assert a == b
+    return full, resumed
+
+
+def test_resume_continues_to_the_same_weights_as_an_uninterrupted_run(tmp_path, trained) -> None:
+    _, root, _ = trained
+    full, resumed = _run_whole_and_resumed(root / "data", tmp_path)
     assert full["train_loss_last"] == resumed["train_loss_last"]
 
 
@@ -268,10 +276,7 @@ def test_ema_checkpoint_holds_the_average_and_resumes_exactly(tmp_path, trained)
     from vla_edge.policy.train import RAW_WEIGHTS_KEY
 
     _, root, _ = trained
-    cfg = _file_cfg(40)
-    cfg.train.checkpoint_every = 20
-    cfg.train.ema_decay = 0.9
-    full = train(root / "data", tmp_path / "full.pt", cfg, progress=False)
+    full, _ = _run_whole_and_resumed(root / "data", tmp_path, ema_decay=0.9)
     payload = read_checkpoint(tmp_path / "full.pt")
     raw = payload["train_modules"][RAW_WEIGHTS_KEY]
     name, stage = next(iter(payload["stages"].items()))
@@ -284,11 +289,3 @@ def test_ema_checkpoint_holds_the_average_and_resumes_exactly(tmp_path, trained)
     assert torch.equal(plain_payload["stages"][name][key], raw[f"{name}.{key}"])  # same raw run
     plain_val = plain_payload["meta"]["history"]["val_loss"][-1][1]
     assert full["history"]["val_loss"][-1][1] != pytest.approx(plain_val)
-    half = _file_cfg(20)
-    half.train.ema_decay = 0.9
-    train(root / "data", tmp_path / "resumed.pt", half, progress=False)
-    resumed = train(root / "data", tmp_path / "resumed.pt", cfg, resume=True, progress=False)
-    assert resumed["start_step"] == 20
-    a = load_checkpoint(tmp_path / "full.pt").checkpoint_info["weights_sha256"]
-    b = load_checkpoint(tmp_path / "resumed.pt").checkpoint_info["weights_sha256"]
-    assert a == b
