@@ -178,6 +178,16 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
     assert resumed["start_step"] == 120
     assert len(resumed["history"]["layout_loss"]) == 140
     assert load_checkpoint(tmp_path / "p.pt").checkpoint_info["step"] == 140
+    # --init-from carries the probes over too (not fresh ones): one step at a
+    # negligible learning rate leaves them as they were
+    cfg.train.steps, cfg.train.warmup_steps = 1, 0
+    cfg.train.learning_rate, cfg.train.min_learning_rate = 1e-12, 0.0
+    train(tmp_path / "data", tmp_path / "ft.pt", cfg, progress=False, init_from=tmp_path / "p.pt")
+    source = torch.load(tmp_path / "p.pt", weights_only=True)["train_modules"]
+    tuned = torch.load(tmp_path / "ft.pt", weights_only=True)["train_modules"]
+    for probe in ("layout_probe", "goal_probe"):
+        for key, value in source[probe].items():
+            torch.testing.assert_close(tuned[probe][key], value, atol=1e-6, rtol=0)
 
 
 def test_init_from_starts_from_the_weights_with_a_fresh_schedule(tmp_path, trained) -> None:

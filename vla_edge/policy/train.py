@@ -345,6 +345,12 @@ def train(
         _check_resume_config(source["model_config"], cfg, Path(init_from))
         for name, state in source["stages"].items():
             getattr(policy, name).load_state_dict(state)
+        # the training-only probes too: fresh ones would send their large early
+        # gradients into the trained features
+        source_modules = source.get("train_modules") or {}
+        for name, probe in probes.items():
+            if f"{name}_probe" in source_modules:
+                probe.load_state_dict(source_modules[f"{name}_probe"])
     average = None
     if resume and out.is_file():
         payload = read_checkpoint(out)
