@@ -179,6 +179,13 @@ def update_ema(average: torch.nn.Module, model: torch.nn.Module, decay: float) -
         a.copy_(m)
 
 
+def _load_probes(probes: dict[str, LayoutProbe], stored: dict[str, Any]) -> None:
+    """Load each probe whose ``<name>_probe`` entry a checkpoint's ``train_modules`` holds."""
+    for name, probe in probes.items():
+        if f"{name}_probe" in stored:
+            probe.load_state_dict(stored[f"{name}_probe"])
+
+
 def learning_rate_at(step: int, cfg: TrainConfig) -> float:
     """Linear warm-up, then cosine decay to ``min_learning_rate``."""
     if step < cfg.warmup_steps:
@@ -347,10 +354,7 @@ def train(
             getattr(policy, name).load_state_dict(state)
         # the training-only probes too: fresh ones would send their large early
         # gradients into the trained features
-        source_modules = source.get("train_modules") or {}
-        for name, probe in probes.items():
-            if f"{name}_probe" in source_modules:
-                probe.load_state_dict(source_modules[f"{name}_probe"])
+        _load_probes(probes, source.get("train_modules") or {})
     average = None
     if resume and out.is_file():
         payload = read_checkpoint(out)
@@ -365,9 +369,7 @@ def train(
         if tcfg.ema_decay > 0.0 and RAW_WEIGHTS_KEY in stored:
             average = copy.deepcopy(policy)  # the stored stages are the average
             policy.load_state_dict(stored[RAW_WEIGHTS_KEY])
-        for name, probe in probes.items():
-            if f"{name}_probe" in stored:
-                probe.load_state_dict(stored[f"{name}_probe"])
+        _load_probes(probes, stored)
         history = meta.get("history", history)
         wall_before_s = float(meta.get("train_wall_time_s", 0.0))
     if tcfg.ema_decay > 0.0 and average is None:

@@ -388,14 +388,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise SystemExit(str(exc)) from None
     for name, row in stats.items():
+        solved = f" ({int(row['solved_by_policy'])} solved by the policy)"
         print(
             f"{name}: {int(row['successes'])}/{int(row['attempts'])} successful"
-            + (
-                f" ({int(row['solved_by_policy'])} solved by the policy)"
-                if args.failures_only
-                else ""
-            )
-            + f", {row['mean_wall_s']:.1f} s per episode"
+            f"{solved if args.failures_only else ''}, {row['mean_wall_s']:.1f} s per episode"
         )
     short = [n for n, r in stats.items() if r["successes"] < args.episodes_per_task]
     return 1 if short else 0
