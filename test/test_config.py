@@ -149,3 +149,13 @@ def test_noise_scale_is_bounded_and_scales_the_same_draws(tmp_path: Path) -> Non
     assert full.dtype == half.dtype == np.float32 and full.shape == (10, 7)
     np.testing.assert_allclose(half, 0.5 * full, rtol=1e-6)
     assert not start_noise(np.random.default_rng(4), 10, 7, 0.0).any()
+
+
+def test_flow_steps_defaults_to_the_models_own_and_is_bounded(tmp_path: Path) -> None:
+    # 0 = keep the checkpoint's / export's K (the inference node passes None to make_runner)
+    for name in ("inference.yaml", "hil_jetson.yaml"):
+        shipped = load_node_params(CONFIG_DIR / name, "inference_node", InferenceConfig)
+        assert shipped.flow_steps == 0, name
+    path = write(tmp_path, "inference_node:\n  ros__parameters:\n    flow_steps: 101\n")
+    with pytest.raises(ConfigError, match="flow_steps = 101"):
+        load_node_params(path, "inference_node", InferenceConfig)

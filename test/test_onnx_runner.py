@@ -5,7 +5,7 @@ import pytest
 import torch
 from export_fixtures import exported, observation, tiny_checkpoint
 
-from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.errors import ConfigError, InvalidObservationError
 from vla_edge.export.manifest import file_sha256
 from vla_edge.runners.base import Runner
 from vla_edge.runners.factory import make_runner
@@ -81,6 +81,17 @@ def test_factory_dispatches_an_onnx_export_dir_to_onnx_runner(onnx_dir) -> None:
     runner = make_runner(str(onnx_dir), threads=1)
     assert isinstance(runner, OnnxRunner)
     assert runner.infer(observation()).positions.shape == (10, 7)
+
+
+def test_factory_accepts_only_the_exports_own_flow_steps(onnx_dir) -> None:
+    # the tiny export was made with K = 2: asking for it is fine, anything else is named
+    assert isinstance(make_runner(str(onnx_dir), threads=1, flow_steps=2), OnnxRunner)
+    with pytest.raises(ConfigError, match="exported with K = 2"):
+        make_runner(str(onnx_dir), threads=1, flow_steps=10)
+    with pytest.raises(ConfigError, match="expected 1 <= K <= 100"):
+        make_runner(str(onnx_dir), threads=1, flow_steps=0)
+    with pytest.raises(ConfigError, match="remote policy server"):
+        make_runner("ws://127.0.0.1:9", flow_steps=10)
 
 
 @pytest.mark.parametrize(

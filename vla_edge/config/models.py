@@ -165,7 +165,9 @@ class InferenceConfig(_Strict):
     image_height: int = Field(64, ge=8, le=2048)
     image_width: int = Field(64, ge=8, le=2048)
     instruction: str = ""
-    flow_steps: int = Field(10, ge=1, le=100)
+    # Euler steps K of the action head; 0: the model's own (checkpoint config or
+    # export manifest). An export accepts only the K it was exported with.
+    flow_steps: int = Field(0, ge=0, le=100)
     seed: int = 0
     # std of the flow-matching start noise (1.0: as trained; README, "The bundled VLA")
     noise_scale: float = Field(DEFAULT_NOISE_SCALE, ge=0.0, le=4.0)

@@ -21,6 +21,7 @@ from vla_edge.runners.base import Runner
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "models" / "bundled"
 BUNDLED_CHECKPOINT = BUNDLED_DIR / "policy.pt"
+MAX_FLOW_STEPS = 100
 
 
 def resolve_policy_path(policy: str) -> Path:
@@ -41,11 +42,19 @@ def make_runner(
 ) -> Runner:
     """Build the runner named by ``policy``.
 
+    Args:
+        flow_steps: Euler steps ``K`` of the action head; ``None`` keeps the
+            artifact's own. A torch checkpoint runs with any ``1 <= K <= 100``;
+            an export has its ``K`` built in, so only that value is accepted.
+
     Raises:
         ConfigError: the policy string names nothing usable (missing file, no
-            manifest, unknown backend, ``expert`` without an env).
+            manifest, unknown backend, ``expert`` without an env), or
+            ``flow_steps`` is out of range or not the export's ``K``.
     """
     del instruction_override  # the instruction travels in each Observation
+    if flow_steps is not None and not 1 <= flow_steps <= MAX_FLOW_STEPS:
+        raise ConfigError(f"flow_steps = {flow_steps}: expected 1 <= K <= {MAX_FLOW_STEPS}")
     if policy == "expert":
         if env is None:
             raise ConfigError(
@@ -57,6 +66,10 @@ def make_runner(
     if policy.startswith(("ws://", "wss://")):
         from vla_edge.runners.remote import RemoteRunner
 
+        if flow_steps is not None:
+            raise ConfigError(
+                f"flow_steps = {flow_steps}: the remote policy server {policy} fixes its own K"
+            )
         return RemoteRunner(policy, timeout_s=remote_timeout_s)
     path = resolve_policy_path(policy)
     if not path.exists():
@@ -66,9 +79,16 @@ def make_runner(
         if not manifest_path.is_file():
             raise ConfigError(f"policy '{policy}': directory {path} has no manifest.json")
         try:
-            backend = json.loads(manifest_path.read_text())["backend"]
+            manifest = json.loads(manifest_path.read_text())
+            backend = manifest["backend"]
         except (KeyError, ValueError) as exc:
             raise ConfigError(f"{manifest_path}: cannot read field 'backend': {exc}") from exc
+        if flow_steps is not None and flow_steps != manifest.get("flow_steps"):
+            raise ConfigError(
+                f"flow_steps = {flow_steps}: {path} was exported with K = "
+                f"{manifest.get('flow_steps')}; export again with `vla-edge export "
+                f"--flow-steps {flow_steps}` or leave flow_steps unset (0 in node parameters)"
+            )
         if backend == "onnx":
             from vla_edge.runners.onnx_runner import OnnxRunner
 
