@@ -92,6 +92,8 @@ def test_factory_accepts_only_the_exports_own_flow_steps(onnx_dir) -> None:
         make_runner(str(onnx_dir), threads=1, flow_steps=0)
     with pytest.raises(ConfigError, match="remote policy server"):
         make_runner("ws://127.0.0.1:9", flow_steps=10)
+    with pytest.raises(ConfigError, match="scripted expert"):
+        make_runner("expert", flow_steps=10)
 
 
 @pytest.mark.parametrize(
@@ -123,3 +125,10 @@ def test_onnx_runner_refuses_bad_noise_and_prefix(runner) -> None:
         runner.infer(observation(), prefix_len=10)
     with pytest.raises(InvalidObservationError, match="prefix_actions is None"):
         runner.infer(observation(), prefix_len=2)
+
+
+@pytest.mark.parametrize("text", ["[]", "{}", "not json"])
+def test_factory_names_a_manifest_without_a_backend(tmp_path, text) -> None:
+    (tmp_path / "manifest.json").write_text(text)
+    with pytest.raises(ConfigError, match="cannot read field 'backend'"):
+        make_runner(str(tmp_path))

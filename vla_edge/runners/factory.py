@@ -56,6 +56,8 @@ def make_runner(
     if flow_steps is not None and not 1 <= flow_steps <= MAX_FLOW_STEPS:
         raise ConfigError(f"flow_steps = {flow_steps}: expected 1 <= K <= {MAX_FLOW_STEPS}")
     if policy == "expert":
+        if flow_steps is not None:
+            raise ConfigError(f"flow_steps = {flow_steps}: the scripted expert has no Euler steps")
         if env is None:
             raise ConfigError(
                 "policy 'expert' needs the simulator (env=...): it reads privileged state"
@@ -81,7 +83,7 @@ def make_runner(
         try:
             manifest = json.loads(manifest_path.read_text())
             backend = manifest["backend"]
-        except (KeyError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"{manifest_path}: cannot read field 'backend': {exc}") from exc
         if flow_steps is not None and flow_steps != manifest.get("flow_steps"):
             raise ConfigError(
