@@ -96,6 +96,16 @@ def test_factory_accepts_only_the_exports_own_flow_steps(onnx_dir) -> None:
         make_runner("expert", flow_steps=10)
 
 
+@pytest.mark.parametrize("k", ["0", "101"])
+def test_export_refuses_flow_steps_out_of_range_before_exporting(root, tmp_path, k, capsys) -> None:
+    from vla_edge.cli import main as cli_main
+
+    argv = ["export", "--checkpoint", str(tiny_checkpoint(root)), "--backend", "onnx"]
+    assert cli_main([*argv, "--flow-steps", k, "--out", str(tmp_path / "x")]) == 2
+    assert f"--flow-steps = {k}, expected 1 <= K <= 100" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "words"),
     [

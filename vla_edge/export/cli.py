@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vla_edge.export.pipeline import CALIBRATION_FRAMES, export_policy
     from vla_edge.policy.model import VlaPolicy, load_checkpoint
-    from vla_edge.runners.factory import resolve_policy_path
+    from vla_edge.runners.factory import MAX_FLOW_STEPS, resolve_policy_path
 
     torch.set_num_threads(max(1, int(args.threads)))
     try:
@@ -81,8 +81,9 @@ def run(args: argparse.Namespace) -> int:
             checkpoint = resolve_policy_path(args.checkpoint)
             policy = load_checkpoint(checkpoint)
         if args.flow_steps is not None:
-            if not 1 <= args.flow_steps <= 100:
-                raise ConfigError(f"--flow-steps = {args.flow_steps}, expected 1 <= K <= 100")
+            if not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
+                bound = f"expected 1 <= K <= {MAX_FLOW_STEPS}"
+                raise ConfigError(f"--flow-steps = {args.flow_steps}, {bound}")
             policy.action_head.flow_steps = int(args.flow_steps)
         export_policy(
             policy,

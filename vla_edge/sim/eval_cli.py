@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"--workers = {args.workers}: must be >= 1", file=sys.stderr)
         return 2
     if args.flow_steps is not None:
-        from vla_edge.runners.factory import resolve_policy_path
+        from vla_edge.runners.factory import MAX_FLOW_STEPS, resolve_policy_path
 
         if args.policy == "expert" or not resolve_policy_path(args.policy).is_file():
             print(
@@ -200,8 +200,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        if not 1 <= args.flow_steps <= 100:
-            print(f"--flow-steps = {args.flow_steps}: expected 1 <= K <= 100", file=sys.stderr)
+        if not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
+            bound = f"expected 1 <= K <= {MAX_FLOW_STEPS}"
+            print(f"--flow-steps = {args.flow_steps}: {bound}", file=sys.stderr)
             return 2
     controller_cfg, safety_cfg = _configs(args)
     names = args.tasks or list_tasks()
