@@ -159,3 +159,8 @@ def test_flow_steps_defaults_to_the_models_own_and_is_bounded(tmp_path: Path) ->
     path = write(tmp_path, "inference_node:\n  ros__parameters:\n    flow_steps: 101\n")
     with pytest.raises(ConfigError, match="flow_steps = 101"):
         load_node_params(path, "inference_node", InferenceConfig)
+
+
+def test_runner_flow_steps_maps_zero_to_the_models_own() -> None:
+    assert InferenceConfig().runner_flow_steps is None
+    assert InferenceConfig(flow_steps=5).runner_flow_steps == 5

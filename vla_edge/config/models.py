@@ -175,6 +175,11 @@ class InferenceConfig(_Strict):
     remote_timeout_s: float = Field(1.0, gt=0.0, le=60.0)
     min_period_s: float = Field(0.0, ge=0.0, le=60.0)
 
+    @property
+    def runner_flow_steps(self) -> int | None:
+        """``flow_steps`` as ``make_runner`` takes it: ``None`` (the model's own K) for 0."""
+        return self.flow_steps or None
+
 
 class SimConfig(_Strict):
     """The MuJoCo tabletop."""

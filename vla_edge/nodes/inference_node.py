@@ -141,7 +141,7 @@ class InferenceNode(Node):
         runner = make_runner(
             self.policy,
             threads=cfg.threads,
-            flow_steps=cfg.flow_steps or None,
+            flow_steps=cfg.runner_flow_steps,
             remote_timeout_s=cfg.remote_timeout_s,
         )
         spec = runner.spec

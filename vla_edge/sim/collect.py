@@ -268,11 +268,11 @@ def collect(
     rng = np.random.default_rng(seed)
     stats: dict[str, dict[str, float]] = {}
     bar = tqdm(total=episodes_per_task * len(tasks), disable=not progress, unit="demo")
+    max_runs = max(max_attempts_factor, FAILURES_ONLY_MAX_RUNS_FACTOR) * episodes_per_task
     try:
         for name in tasks:
             path = out_dir / f"{name}.hdf5"
             kept = attempts = solved = 0
-            max_runs = max(max_attempts_factor, FAILURES_ONLY_MAX_RUNS_FACTOR) * episodes_per_task
             walls = []
             with h5py.File(path, "w") as f:
                 data = f.create_group("data")
