@@ -238,4 +238,4 @@ def test_launch_sim_runs_a_learned_policy_through_the_torch_runner(tmp_path, ros
     for stage in ("language_encoder", "vision_encoder", "fusion", "action_head", "wall"):
         assert stages[stage]["p50"] > 0.0
     assert metrics["threads"] == 1
-    assert all(code == 0 for code in metrics["exit_codes"].values())
+    assert all(code == 0 for code in metrics["exit_codes"].values()), metrics["exit_codes"]
