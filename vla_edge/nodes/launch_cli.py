@@ -68,6 +68,7 @@ class GraphProcesses:
     log_dir: Path = Path("out/launch")
     env: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, NodeProcess] = field(default_factory=dict)
+    stop_escalations: dict[str, str] = field(default_factory=dict)
 
     def command(self, spec: NodeSpec) -> list[str]:
         """The command line of ``spec``'s process."""
@@ -117,7 +118,9 @@ class GraphProcesses:
         """Stop every node, upstream first: SIGINT, then SIGTERM, then SIGKILL.
 
         Returns:
-            Return code per node.
+            Return code per node. A node that did not stop within ``timeout_s``
+            of a signal is named in ``stop_escalations`` with the last signal
+            it was sent.
         """
         for name in reversed(list(self.nodes)):
             process = self.nodes[name].process
@@ -133,6 +136,7 @@ class GraphProcesses:
             for sig in (None, signal.SIGTERM, signal.SIGKILL):
                 if sig is not None and process.poll() is None:
                     process.send_signal(sig)
+                    self.stop_escalations[name] = sig.name
                 try:
                     process.wait(timeout=timeout_s)
                     break
@@ -424,6 +428,11 @@ def run_graph(
     finally:
         codes = processes.stop()
         monitor.close()
+        for name, sig in processes.stop_escalations.items():
+            announce(
+                f"node {name} did not stop within {STOP_TIMEOUT_S:.0f} s of SIGINT; "
+                f"sent {sig}:\n{processes.log_tail(name)}"
+            )
     metrics = collect_metrics(monitor, task, max_chunk_age_s, rss_start, rss_end)
     metrics.update(
         {
@@ -433,6 +442,7 @@ def run_graph(
             "duration_s": round(monitor.elapsed_s(), 3),
             "nodes_died": died,
             "exit_codes": codes,
+            "stop_escalations": dict(processes.stop_escalations),
         }
     )
     return metrics, monitor, codes
