@@ -10,7 +10,7 @@ from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.config.paths import config_path
 from vla_edge.control.controller import Controller
 from vla_edge.control.watchdog import Watchdog
-from vla_edge.core.errors import OutOfLimitsChunkError
+from vla_edge.core.errors import NonFiniteClockError, OutOfLimitsChunkError
 from vla_edge.core.stop import StopCategory
 from vla_edge.core.types import ActionChunk
 
@@ -67,6 +67,36 @@ def test_backward_clock_jump_drops_the_plan_and_holds_without_a_jump():
     # a chunk on the new clock is accepted (the order check restarted)
     controller.submit(_ramp_chunk(-1.3, rest[-1], 0.0), -1.3)
     assert not controller.holding
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "cubic"])
+def test_clock_jump_on_a_knot_ramps_down_from_the_planned_velocity(interpolation):
+    controller = Controller(_config(interpolation=interpolation), np.zeros(2))
+    controller.submit(_ramp_chunk(0.0, 0.0, 0.05), 0.0)
+    for k in range(51):
+        last = controller.step(k * 0.01).positions[0]  # the last tick, t = 0.5, is a knot
+    after = [controller.step(10.0 + k * 0.01).positions[0] for k in range(5)]
+    assert controller.counters["clock_jumps"] == 1
+    assert after[0] == pytest.approx(last)
+    assert after[1] > after[0]  # still moving, ramping down: not a dead stop
+
+
+def test_non_finite_clock_changes_nothing_and_is_refused_for_chunks():
+    controller = Controller(_config(), np.zeros(2))
+    controller.submit(_ramp_chunk(0.0, 0.0, 0.05), 0.0)
+    commands = [controller.step(k * 0.01).positions.copy() for k in range(3)]
+    for bad in (float("nan"), float("inf")):
+        command = controller.step(bad)
+        np.testing.assert_array_equal(command.positions, commands[-1])
+        assert command.stamp_s == pytest.approx(0.02)
+        with pytest.raises(NonFiniteClockError, match="must be finite"):
+            controller.submit(_ramp_chunk(0.0, 0.0, 0.05), bad)
+    assert controller.counters["non_finite_clock_steps"] == 2
+    assert controller.counters["rejected_non_finite_clock"] == 2
+    assert controller.counters["clock_jumps"] == 0
+    following = controller.step(0.03).positions
+    assert np.all(np.isfinite(following))
+    assert abs(following[0] - commands[-1][0]) < 0.01
 
 
 def test_forward_clock_jump_beyond_the_threshold_drops_the_plan():

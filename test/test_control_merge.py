@@ -145,3 +145,17 @@ def test_blending_strategies_splice_when_nothing_is_buffered_ahead(merge: str) -
     controller.submit(constant_chunk(0.0, 0.6), now_s=0.0)
     assert controller.buffer.bridge is not None
     assert controller.step(0.0).positions[0] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("merge", ["replace", "weighted", "ensemble", "prefix"])
+def test_chunk_ending_inside_the_bridge_is_joined_at_bridge_speed(merge: str) -> None:
+    # an accepted chunk whose last step lies 5 ms ahead: the bridge still takes its
+    # full length (prefix: one action step) and the plan rests at that last step
+    controller = controller_for(merge, bridge_duration_s=0.2)
+    controller.submit(ActionChunk(-0.095, 0.1, NAMES, np.full((2, 7), 0.03)), now_s=0.0)
+    bridge_s = 0.1 if merge == "prefix" else 0.2
+    positions = np.array([controller.step(k * PERIOD_S).positions for k in range(40)])
+    steps = np.abs(np.diff(positions, axis=0))
+    # a cubic from rest to rest over T moves at most 1.5 * distance / T
+    assert float(np.max(steps)) <= 1.5 * 0.03 / bridge_s * PERIOD_S + 1e-12
+    np.testing.assert_allclose(positions[-1], 0.03, atol=1e-12)

@@ -207,6 +207,54 @@ def test_estop_cat0_freezes_the_output_at_once() -> None:
         np.testing.assert_array_equal(output, frozen)
 
 
+def test_command_stamped_in_the_future_is_stale_and_does_not_clear_a_reset() -> None:
+    with pytest.raises(StaleCommandError, match=r"lies 1.000000 s after now_s = 0.0"):
+        validate(JointCommand(1.0, NAMES, TARGET), now_s=0.0)
+    validate(JointCommand(0.05, NAMES, TARGET), now_s=0.0)  # within command_timeout_s ahead
+    supervisor = SafetySupervisor(CONFIG, np.zeros(7))
+    run(supervisor, 0.0, 20)
+    supervisor.estop(0.2)
+    supervisor.reset(0.3)
+    supervisor.on_joint_state(supervisor.limiter.positions, 0.31)
+    twin = copy.deepcopy(supervisor)
+    out = supervisor.filter(JointCommand(1000.0, NAMES, OTHER), 0.31)
+    np.testing.assert_array_equal(out, twin.hold(0.31))  # as if no command had come
+    assert supervisor.state != StopCategory.NONE
+    assert supervisor.counters["rejected_stale"] == 1
+
+
+def test_backward_clock_jump_holds_and_the_timeouts_run_on_the_new_clock() -> None:
+    supervisor = SafetySupervisor(CONFIG, np.zeros(7))
+    run(supervisor, 100.0, 20)
+    assert supervisor.state == StopCategory.NONE
+    supervisor.hold(1.0)  # the clock went back by 99 s (a sim-time reset)
+    assert supervisor.state == StopCategory.CAT2
+    assert supervisor.machine.reasons() == ["clock_jump"]
+    assert supervisor.status()["values"]["clock_jumps"] == 1
+    supervisor.on_joint_state(supervisor.limiter.positions, 1.0)
+    supervisor.hold(1.2)  # no command since the jump: silence counts on the new clock
+    assert supervisor.state == StopCategory.CAT1
+    assert "command_silence" in supervisor.machine.reasons()
+    run(supervisor, 1.21, 3)  # fresh commands and joint states on the new clock clear both
+    assert supervisor.state == StopCategory.NONE
+    # a small reordering of stamps (below the timeouts) is no jump
+    supervisor.hold(1.21 + 2 * PERIOD_S - 0.05)
+    assert supervisor.state == StopCategory.NONE
+
+
+def test_after_a_cat0_reset_commanding_the_held_position_does_not_move() -> None:
+    config = CONFIG.model_copy(update={"estop_category": "cat0"})
+    supervisor = SafetySupervisor(config, np.zeros(7))
+    far = TARGET.copy()
+    far[0] = -2.0
+    run(supervisor, 0.0, 100, target=far)  # moving fast towards -2.0 rad
+    supervisor.estop(1.0)
+    held = supervisor.limiter.positions
+    supervisor.reset(1.05)
+    outputs = run(supervisor, 1.06, 30, target=held)
+    np.testing.assert_allclose(np.array(outputs), np.tile(held, (30, 1)), atol=1e-12)
+
+
 # --- property: after an e-stop nothing moves until reset AND a fresh command -------------
 
 event = st.one_of(

@@ -106,6 +106,19 @@ class ChunkBuffer:
         """Forget every point and the bridge."""
         self.set(np.zeros(0), np.zeros((0, self.n_joints)))
 
+    def rest_until(self, t_s: float) -> None:
+        """Hold the last point until ``t_s`` (a copy appended there) if the plan ends sooner."""
+        n = self.times_s.shape[0]
+        if n == 0 or t_s <= self.times_s[-1]:
+            return
+        self.set(
+            np.append(self.times_s, t_s),
+            np.vstack([self.positions, self.positions[-1:]]),
+            weights=np.append(self.weights, self.weights[-1]),
+            counts=np.append(self.counts, self.counts[-1]),
+            bridge=self.bridge,
+        )
+
     def drop_past(self, now_s: float) -> int:
         """Drop points before the last one at or before ``now_s`` (keep >= 2); return the count."""
         n = self.times_s.shape[0]

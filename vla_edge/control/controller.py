@@ -9,6 +9,8 @@ linearly to zero over ``hold_ramp_s`` (position and velocity stay continuous).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from vla_edge.config.models import ControllerConfig
@@ -23,6 +25,7 @@ from vla_edge.core.errors import (
     InvalidCommandError,
     JointMismatchError,
     NonFiniteChunkError,
+    NonFiniteClockError,
     NonMonotonicChunkError,
     OutOfLimitsChunkError,
     OutOfOrderChunkError,
@@ -41,6 +44,7 @@ _REJECTION_REASONS = tuple(
         FutureChunkError,
         OutOfOrderChunkError,
         OutOfLimitsChunkError,
+        NonFiniteClockError,
     )
 )
 
@@ -92,6 +96,7 @@ class Controller:
             "clock_jumps": 0,
             "stops": 0,
             "limit_clamps": 0,
+            "non_finite_clock_steps": 0,
         }
 
     # --- chunks ---------------------------------------------------------------------------
@@ -104,6 +109,8 @@ class Controller:
                 ``counters["rejected_<reason>"]``.
         """
         try:
+            if not math.isfinite(now_s):
+                raise NonFiniteClockError(f"now_s = {now_s}: the controller's clock must be finite")
             times_s, positions = validate_chunk(
                 chunk,
                 self.joint_names,
@@ -190,7 +197,14 @@ class Controller:
         With ``position_min``/``position_max`` configured the command is kept
         inside them (a hold ramp or cubic interpolation near a limit may
         overshoot the last target by a little).
+
+        A non-finite ``now_s`` changes nothing: the last command comes back with
+        the last finite stamp (counted in ``non_finite_clock_steps``).
         """
+        if not math.isfinite(now_s):
+            self.counters["non_finite_clock_steps"] += 1
+            last_s = self._last_step_s if self._last_step_s is not None else 0.0
+            return JointCommand(last_s, self.joint_names, self._last_command.copy())
         self.clock_jumped = self._detect_clock_jump(now_s)
         self.buffer.drop_past(now_s)
         position, velocity = self._planned_state(now_s)

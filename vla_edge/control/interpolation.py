@@ -74,7 +74,7 @@ def sample_linear(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Piecewise-linear sample at ``t_s`` (clamped to the first/last point)."""
     n = times_s.shape[0]
-    if n == 1 or t_s <= times_s[0]:
+    if n == 1 or t_s < times_s[0]:
         return positions[0].copy(), np.zeros(positions.shape[1])
     if t_s >= times_s[-1]:
         k = n - 2

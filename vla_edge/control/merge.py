@@ -76,10 +76,12 @@ def bridge_to_plan(
     """Join the commanded state at ``now_s`` to the buffered plan with a cubic bridge.
 
     The bridge ends ``bridge_duration_s`` after ``now_s``, or at the plan's
-    first point ``first_s`` if that is later (never past the plan's end).
+    first point ``first_s`` if that is later. A plan that ends sooner is held
+    at its last point until then (:meth:`ChunkBuffer.rest_until`): the bridge
+    never takes less than ``bridge_duration_s``, however little of the plan is left.
     """
-    end_s = min(now_s + bridge_duration_s, buffer.end_s)
-    end_s = max(end_s, min(first_s, buffer.end_s))
+    end_s = max(now_s + bridge_duration_s, min(first_s, buffer.end_s))
+    buffer.rest_until(end_s)
     duration_s = end_s - now_s
     if duration_s <= 0.0:
         return

@@ -64,6 +64,12 @@ class StaleChunkError(ChunkRejectedError):
     reason = "stale"
 
 
+class NonFiniteClockError(ChunkRejectedError):
+    """The controller's ``now_s`` is NaN or infinite: no chunk can be placed in time."""
+
+    reason = "non_finite_clock"
+
+
 class FutureChunkError(ChunkRejectedError):
     """The chunk's observation stamp lies in the future beyond the clock tolerance."""
 

@@ -374,4 +374,5 @@ class Limiter:
         n = len(self.p)
         self.v = [0.0] * n
         self.a = [0.0] * n
+        self._last_target = [None] * n  # the next target's motion is not the old one's
         return np.array(self.p)

@@ -13,6 +13,10 @@ Conditions, their category, and what clears them:
   cleared when tracking is back *and* a valid command stamped after arrives.
 * e-stop -> ``estop_category`` (CAT1 or CAT0), latched; cleared by ``reset``
   *and then* a command stamped after the reset.
+* the clock stepping backwards by more than the shorter timeout (a sim-time
+  reset, an NTP step) -> CAT2, as the controller's own clock-jump hold; every
+  stored time is moved back to the new ``now``, so the timeouts run again on
+  the new clock; cleared by a fresh valid command.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class SafetyStateMachine:
         self.consecutive_tracking_errors = 0
         self.last_command_s: float | None = None
         self.last_joint_state_s: float | None = None
+        self.clock_jumps = 0
         self._state = StopCategory.CAT2
         self.entries: dict[StopCategory, int] = {c: 0 for c in StopCategory}
 
@@ -74,9 +79,28 @@ class SafetyStateMachine:
         self._state = state
         return state
 
+    def _detect_backward_clock(self, now_s: float) -> None:
+        """Hold (CAT2 ``clock_jump``) and re-base every stored time when the clock went back."""
+        cfg = self.config
+        tolerance_s = min(cfg.command_timeout_s, cfg.joint_state_timeout_s)
+        stored = [t for t in (self.last_joint_state_s, self.last_command_s) if t is not None]
+        if not stored or now_s >= max(stored) - tolerance_s:
+            return
+        if self.last_joint_state_s is not None:
+            self.last_joint_state_s = min(self.last_joint_state_s, now_s)
+        if self.last_command_s is not None:
+            self.last_command_s = min(self.last_command_s, now_s)
+        if self.awaiting_after_reset_s is not None:
+            self.awaiting_after_reset_s = min(self.awaiting_after_reset_s, now_s)
+        for reason, since_s in self.cat1_reasons.items():
+            self.cat1_reasons[reason] = min(since_s, now_s)
+        self.cat2_reason = "clock_jump"
+        self.clock_jumps += 1
+
     def update(self, now_s: float) -> StopCategory:
         """Apply the timeouts at ``now_s`` and return the category."""
         cfg = self.config
+        self._detect_backward_clock(now_s)
         if (
             self.last_joint_state_s is not None
             and now_s - self.last_joint_state_s > cfg.joint_state_timeout_s

@@ -154,6 +154,7 @@ class SafetySupervisor:
             "at_rest": int(self.limiter.at_rest),
             "limited_joints": self.limiter.limited_joints,
             "last_event": self._last_message,
+            "clock_jumps": self.machine.clock_jumps,
             **self.counters,
         }
         return {"level": level, "level_name": level.name, "message": message, "values": values}

@@ -28,8 +28,9 @@ def validate_command(
     """Check ``command`` and return its positions as float64 ``[A]``.
 
     Checks in order: joint names / dimension, non-finite stamp or position,
-    position outside the hard limits, age above ``command_timeout_s``, stamp
-    before ``not_before_s`` (a command issued before the last reset).
+    position outside the hard limits, age above ``command_timeout_s`` (or a
+    stamp more than that in the future), stamp before ``not_before_s`` (a
+    command issued before the last reset).
 
     Raises:
         CommandJointMismatchError, NonFiniteCommandError, CommandOutOfLimitsError,
@@ -61,6 +62,11 @@ def validate_command(
     if age_s > command_timeout_s:
         raise StaleCommandError(
             f"command age = {age_s:.6f} s exceeds command_timeout_s = {command_timeout_s}"
+        )
+    if -age_s > command_timeout_s:
+        raise StaleCommandError(
+            f"stamp_s = {stamp_s} lies {-age_s:.6f} s after now_s = {now_s} "
+            f"(bound: at most command_timeout_s = {command_timeout_s} ahead)"
         )
     if not_before_s is not None and stamp_s <= not_before_s:
         raise StaleCommandError(
