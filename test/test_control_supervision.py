@@ -20,9 +20,9 @@ def _setup() -> tuple[ControllerConfig, Controller, Watchdog]:
     return config, Controller(config, np.zeros(2)), Watchdog.from_controller_config(config, 0.0)
 
 
-def _chunk(t_obs_s: float) -> ActionChunk:
-    steps = np.arange(10, dtype=np.float64)
-    return ActionChunk(t_obs_s, 0.1, JOINTS, np.stack([0.05 * steps, np.zeros(10)], axis=1))
+def _chunk(t_obs_s: float, horizon: int = 10) -> ActionChunk:
+    steps = np.arange(horizon, dtype=np.float64)
+    return ActionChunk(t_obs_s, 0.1, JOINTS, np.stack([0.05 * steps, np.zeros(horizon)], axis=1))
 
 
 def test_accepted_chunk_beats_chunk_now_and_observation_at_its_stamp():
@@ -48,16 +48,17 @@ def test_chunks_are_refused_once_joint_states_are_lost():
 
 def test_category_1_expiry_stops_the_plan():
     config, controller, watchdog = _setup()
-    accept_chunk(controller, watchdog, _chunk(0.0), 0.0)
-    for k in range(20):  # joint states and the loop stay alive; no new observation
+    accept_chunk(controller, watchdog, _chunk(0.0, horizon=20), 0.0)  # a plan for 1.9 s
+    stops = []
+    for k in range(111):  # joint states and the loop stay alive; no new observation
         now_s = k * 0.01
         watchdog.beat("joint_state", now_s)
         watchdog.beat("control_loop", now_s)
         supervised_step(controller, watchdog, now_s, None)
-    assert controller.counters["stops"] == 0
-    watchdog.beat("joint_state", 1.1)
-    watchdog.beat("control_loop", 1.1)
-    supervised_step(controller, watchdog, 1.1, None)  # observation older than its 1.0 s timeout
+        stops.append(controller.counters["stops"])
+    # the observation (stamped 0.0) outlives its 1.0 s timeout on the tick after 1.0 s
+    assert stops[100] == 0
+    assert stops[101] == 1
     assert controller.counters["stops"] == 1
     assert controller.holding
 
@@ -69,3 +70,25 @@ def test_clock_jump_rebases_the_heartbeats():
     supervised_step(controller, watchdog, 5.0, None)  # clock stepped back 5 s
     assert controller.clock_jumped
     assert watchdog.age_s("chunk", 5.0) == pytest.approx(0.0)
+
+
+def test_forward_clock_jump_holds_without_a_watchdog_stop():
+    config, controller, watchdog = _setup()
+    accept_chunk(controller, watchdog, _chunk(0.0), 0.0)
+    for k in range(5):
+        supervised_step(controller, watchdog, k * 0.01, None)
+    jump_s = 0.04 + config.clock_jump_threshold_s + 5.0  # every heartbeat looks expired
+    supervised_step(controller, watchdog, jump_s, None)
+    assert controller.counters["clock_jumps"] == 1
+    assert controller.counters["stops"] == 0  # the jump's own hold, no spurious stop
+    assert controller.holding
+    assert watchdog.age_s("chunk", jump_s) == pytest.approx(0.0)
+
+
+def test_non_finite_clock_leaves_the_heartbeats_alone():
+    _, controller, watchdog = _setup()
+    supervised_step(controller, watchdog, 10.0, None)
+    supervised_step(controller, watchdog, 5.0, None)  # a jump: heartbeats re-based at 5.0
+    supervised_step(controller, watchdog, float("nan"), None)
+    assert not controller.clock_jumped
+    assert watchdog.age_s("chunk", 5.5) == pytest.approx(0.5)

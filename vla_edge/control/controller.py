@@ -153,6 +153,13 @@ class Controller:
             self._hold_p0, self._hold_v0, self.config.hold_ramp_s, t_s - self._hold_start_s
         )
 
+    def is_clock_jump(self, now_s: float) -> bool:
+        """Whether a tick at ``now_s`` is a clock jump from the last tick (a query only)."""
+        last_s = self._last_step_s
+        if last_s is None:
+            return False
+        return not 0.0 <= now_s - last_s <= self.config.clock_jump_threshold_s
+
     def _detect_clock_jump(self, now_s: float) -> bool:
         """A step of the clock backwards, or forwards by more than ``clock_jump_threshold_s``.
 
@@ -160,11 +167,9 @@ class Controller:
         and hold at the last command (category-2 hold until a fresh chunk on the
         new clock; the order check restarts too).
         """
-        last_s, self._last_step_s = self._last_step_s, now_s
-        if last_s is None:
-            return False
-        step_s = now_s - last_s
-        if 0.0 <= step_s <= self.config.clock_jump_threshold_s:
+        jumped = self.is_clock_jump(now_s)
+        self._last_step_s = now_s
+        if not jumped:
             return False
         self.counters["clock_jumps"] += 1
         self.buffer.clear()
@@ -202,6 +207,7 @@ class Controller:
         the last finite stamp (counted in ``non_finite_clock_steps``).
         """
         if not math.isfinite(now_s):
+            self.clock_jumped = False
             self.counters["non_finite_clock_steps"] += 1
             last_s = self._last_step_s if self._last_step_s is not None else 0.0
             return JointCommand(last_s, self.joint_names, self._last_command.copy())

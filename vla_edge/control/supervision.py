@@ -43,8 +43,15 @@ def supervised_step(
     now_s: float,
     measured_positions: np.ndarray | None,
 ) -> JointCommand:
-    """One control tick: stop on a category-1 expiry, step, re-base after a clock jump."""
-    if watchdog.check(now_s).severity >= StopCategory.CAT1.severity:
+    """One control tick: stop on a category-1 expiry, step, re-base after a clock jump.
+
+    A tick that jumps the clock (or whose clock is not finite) skips the
+    watchdog: its heartbeats are on the old clock; the step holds instead.
+    """
+    if (
+        not controller.is_clock_jump(now_s)
+        and watchdog.check(now_s).severity >= StopCategory.CAT1.severity
+    ):
         controller.stop(now_s)
     command = controller.step(now_s, measured_positions=measured_positions)
     if controller.clock_jumped:
