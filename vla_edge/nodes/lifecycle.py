@@ -57,6 +57,7 @@ def run_node(
             if cleanup is not None:
                 cleanup(node)
             node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+        # not ``if rclpy.ok(): rclpy.shutdown()``: rclpy's SIGINT handler may shut the
+        # context down between the two calls, and the second shutdown raises
+        rclpy.try_shutdown()
     return 0

@@ -36,6 +36,7 @@ from std_srvs.srv import Trigger
 
 from vla_edge.config.loader import validate_params
 from vla_edge.config.models import SafetyConfig
+from vla_edge.core.errors import InvalidCommandError
 from vla_edge.core.types import JointCommand
 from vla_edge.nodes.lifecycle import run_node
 from vla_edge.safety.supervisor import SafetySupervisor
@@ -129,7 +130,12 @@ class SafetyNode(Node):
         with self.lock:
             now_s = self._now_s()
             if self.supervisor is None:
-                self.supervisor = SafetySupervisor(self.config, initial_positions=positions)
+                try:
+                    self.supervisor = SafetySupervisor(self.config, initial_positions=positions)
+                except InvalidCommandError as exc:
+                    # no output until a joint state inside the limits arrives
+                    self._bad("initial_out_of_limits", str(exc))
+                    return
                 if self._estop_before_start:
                     self.supervisor.estop(now_s)
                 self.get_logger().info(f"first joint state: holding at {np.round(positions, 3)}")
