@@ -18,12 +18,15 @@ from vla_edge.core.errors import (
 from vla_edge.core.types import ActionChunk
 from vla_edge.nodes.conversions import (
     EmptyInstructionError,
+    FutureStampError,
     ImageEncodingError,
     ImageLayoutError,
     ImageSizeError,
     MissingJointError,
     NonFiniteJointStateError,
+    ZeroStampError,
     array_to_image,
+    checked_stamp_s,
     chunk_to_trajectory,
     diagnostic_array,
     diagnostic_level_name,
@@ -180,3 +183,21 @@ def test_status_dict_becomes_diagnostic_with_flattened_values():
     assert int_level.level == DiagnosticStatus.ERROR
     array = diagnostic_array([status], 3.0)
     assert stamp_to_s(array.header.stamp) == pytest.approx(3.0) and len(array.status) == 1
+
+
+def test_stamp_in_the_past_or_within_the_tolerance_is_accepted():
+    now_s = 1000.0
+    assert checked_stamp_s(s_to_stamp(999.5), now_s, 0.05) == pytest.approx(999.5)
+    assert checked_stamp_s(s_to_stamp(1000.04), now_s, 0.05) == pytest.approx(1000.04)
+
+
+def test_unset_stamp_is_a_named_error():
+    with pytest.raises(ZeroStampError, match="header.stamp = 0.0"):
+        checked_stamp_s(s_to_stamp(0.0), 1000.0, 0.05)
+    assert ZeroStampError.reason == "zero_stamp"
+
+
+def test_stamp_beyond_the_future_tolerance_is_a_named_error_naming_the_bound():
+    with pytest.raises(FutureStampError, match="3600.000 s ahead.*at most 1.0 s"):
+        checked_stamp_s(s_to_stamp(4600.0), 1000.0, 1.0)
+    assert FutureStampError.reason == "future_stamp"

@@ -101,3 +101,13 @@ def test_frames_are_paired_with_the_joint_state_measured_closest_to_their_captur
     _fill(slot, 1.031)
     slot.request(None, 2.0)
     assert slot.take(0.01).observation.state[0] == 3.0
+
+
+def test_joint_states_with_equal_stamps_pair_the_frame_with_the_newest():
+    slot = ObservationSlot(CAMS)
+    slot.put_instruction("pick")
+    for k in range(5):  # a driver that stamps a burst of states alike
+        slot.put_state(0.5, np.full(7, float(k)))
+    _fill(slot, 1.0)
+    slot.request(None, 1.0)
+    assert slot.take(0.01).observation.state[0] == 4.0

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from vla_edge.core.errors import JointMismatchError
 from vla_edge.core.types import ActionChunk
-from vla_edge.nodes.prefix import prefix_from_plan
+from vla_edge.nodes.prefix import check_plan_joints, prefix_from_plan
 
 
 def _plan(t0, n, dt=0.1):
@@ -33,3 +34,25 @@ def test_binding_rows_are_those_due_before_the_chunk_lands():
     assert n == 3  # 10.0, 10.1, 10.2 <= 10.25
     _, n = prefix_from_plan(plan, 10.0, 10, 0.1, now_s=10.0, expected_delay_s=5.0)
     assert n == 6  # never beyond the plan's end
+
+
+def test_binding_rows_stop_one_short_of_the_horizon_the_runners_refuse():
+    # the plan covers the whole new chunk and all of it is due: H - 1 rows bind
+    _, n = prefix_from_plan(_plan(10.0, 12), 10.0, 10, 0.1, now_s=10.0, expected_delay_s=5.0)
+    assert n == 9
+    _, n = prefix_from_plan(_plan(10.0, 3), 10.0, 1, 0.1, now_s=10.0, expected_delay_s=5.0)
+    assert n == 0
+
+
+def test_plan_with_the_policys_joints_in_order_is_accepted():
+    check_plan_joints(_plan(10.0, 3), ("a", "b"))
+
+
+@pytest.mark.parametrize(
+    "policy_joints",
+    [("b", "a"), ("a", "b", "c"), ("a",)],
+    ids=["reordered", "policy_has_more", "policy_has_fewer"],
+)
+def test_plan_whose_joints_differ_from_the_policys_is_a_joint_mismatch(policy_joints):
+    with pytest.raises(JointMismatchError, match=r"plan joint_names = \['a', 'b'\]"):
+        check_plan_joints(_plan(10.0, 3), policy_joints)

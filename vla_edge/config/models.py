@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 DEFAULT_JOINT_NAMES = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper"]
 
@@ -182,7 +182,11 @@ class InferenceConfig(_Strict):
 
 
 class SimConfig(_Strict):
-    """The MuJoCo tabletop."""
+    """The MuJoCo tabletop.
+
+    ``task`` must be a task of the suite and ``init_state_id`` one of its
+    evaluation initial states (the split the sim node resets to).
+    """
 
     suite: str = "tabletop"
     task: str = "pick_red_block_into_bowl"
@@ -196,6 +200,28 @@ class SimConfig(_Strict):
     # SCHED_FIFO priority of the sim node's stepping loop (it stands in for the robot's
     # hardware loop; 0 = default scheduler); refused without the privilege.
     realtime_priority: int = Field(45, ge=0, le=99)
+
+    @field_validator("task")
+    @classmethod
+    def _check_task(cls, task: str, info: ValidationInfo) -> str:
+        from vla_edge.sim.tasks import list_tasks
+
+        tasks = list_tasks()
+        if info.data.get("suite") == "tabletop" and task not in tasks:
+            raise ValueError(f"not a tabletop task; allowed: {tasks}")
+        return task
+
+    @field_validator("init_state_id")
+    @classmethod
+    def _check_init_state_id(cls, init_state_id: int) -> int:
+        from vla_edge.sim.tasks import N_EVAL_INIT_STATES
+
+        if not init_state_id < N_EVAL_INIT_STATES:
+            raise ValueError(
+                f"out of range: every task has evaluation initial states "
+                f"0..{N_EVAL_INIT_STATES - 1}"
+            )
+        return init_state_id
 
 
 class FaultsConfig(_Strict):

@@ -126,7 +126,6 @@ class ControllerNode(Node):
             return
         with self.lock:
             now_s = self._now_s()
-            self.chunk_age_ms.add((now_s - chunk.t_obs_s) * 1e3)
             if self.controller is None:
                 self.bad_input.record("chunk_before_joint_state", "chunk before any joint state")
                 return
@@ -143,6 +142,8 @@ class ControllerNode(Node):
                         "/diagnostics)"
                     )
                 return
+            # only accepted chunks: one stamped 0 or from the future would swamp the metric
+            self.chunk_age_ms.add((now_s - chunk.t_obs_s) * 1e3)
             self._accepted_once = True
 
     # --- the control loop -----------------------------------------------------------------

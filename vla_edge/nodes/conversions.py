@@ -61,6 +61,18 @@ class NonFiniteJointStateError(InvalidObservationError):
     reason = "non_finite_joint_state"
 
 
+class ZeroStampError(InvalidObservationError):
+    """A message's ``header.stamp`` is 0 (or negative): the driver did not stamp it."""
+
+    reason = "zero_stamp"
+
+
+class FutureStampError(InvalidObservationError):
+    """A message's ``header.stamp`` lies further ahead of the receiver's clock than allowed."""
+
+    reason = "future_stamp"
+
+
 class EmptyInstructionError(InvalidObservationError):
     """The instruction string is empty or only whitespace."""
 
@@ -73,6 +85,29 @@ class EmptyInstructionError(InvalidObservationError):
 def stamp_to_s(stamp: Time) -> float:
     """``builtin_interfaces/Time`` -> float seconds."""
     return float(stamp.sec) + 1e-9 * float(stamp.nanosec)
+
+
+def checked_stamp_s(stamp: Time, now_s: float, max_future_s: float) -> float:
+    """``stamp`` in float seconds, refused when unset or from the future.
+
+    Args:
+        stamp: a measurement's ``header.stamp``.
+        now_s: the receiver's clock.
+        max_future_s: how far ahead of ``now_s`` a stamp may lie (clock skew).
+
+    Raises:
+        ZeroStampError: the stamp is 0 or negative (an unstamped message).
+        FutureStampError: the stamp is more than ``max_future_s`` ahead of ``now_s``.
+    """
+    stamp_s = stamp_to_s(stamp)
+    if not stamp_s > 0.0:
+        raise ZeroStampError(f"header.stamp = {stamp_s} s: must be > 0 (unstamped message?)")
+    if stamp_s > now_s + max_future_s:
+        raise FutureStampError(
+            f"header.stamp = {stamp_s:.6f} s lies {stamp_s - now_s:.3f} s ahead of the clock "
+            f"({now_s:.6f} s): at most {max_future_s} s allowed"
+        )
+    return stamp_s
 
 
 def s_to_stamp(t_s: float) -> Time:

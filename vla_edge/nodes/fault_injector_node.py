@@ -17,15 +17,23 @@ The episode clock starts when the node *arms*: at the first chunk seen on
 ``~/arm`` (``std_srvs/Trigger``) is called. Before that every message passes
 through.
 ``/diagnostics`` (``vla_edge/fault_injector``, 10 Hz) carries ``armed_at_s``
-(system clock), ``active``, and message counters.
+(system clock), ``active``, message counters and bad input (``bad_input.<cause>``:
+frames that are not ``rgb8`` or whose data do not match their size; like
+malformed chunks, they are passed on unchanged for the consumer to refuse).
+
+Parameters are validated at start-up (:class:`FaultInjectorParams`); a bad one is
+a :class:`~vla_edge.core.errors.ConfigError` naming it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from pydantic import BaseModel, ConfigDict, Field
+from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -33,10 +41,10 @@ from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from vla_edge.config.loader import load_node_params
+from vla_edge.config.loader import load_node_params, validate_params
 from vla_edge.config.models import SafetyConfig
 from vla_edge.config.paths import config_path
-from vla_edge.core.errors import VlaEdgeError
+from vla_edge.core.errors import InvalidObservationError, VlaEdgeError
 from vla_edge.core.types import Observation
 from vla_edge.faults.injectors import make_injector
 from vla_edge.faults.scenario import (
@@ -51,14 +59,40 @@ from vla_edge.nodes.conversions import (
     array_to_image,
     chunk_to_trajectory,
     diagnostic_array,
+    image_to_array,
     stamp_to_s,
     trajectory_to_chunk,
 )
 from vla_edge.nodes.lifecycle import run_node
+from vla_edge.nodes.metrics import BadInputCounter
 
 DIAGNOSTIC_NAME = "vla_edge/fault_injector"
 RAW_SUFFIX = "_raw"
 NOT_ARMED_T_S = -1.0e9
+
+
+class FaultInjectorParams(BaseModel):
+    """The fault injector node's parameters (``config/faults/fault_injector_node.yaml``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # scenario YAML path, or the name of one under config/faults/
+    scenario: str = ""
+    # safety parameter file giving the joint limits (default: config/safety.yaml)
+    safety_params_file: str = ""
+    dt_action_s: float = Field(0.1, gt=0.0, le=1.0)
+    poll_rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
+    diagnostics_rate_hz: float = Field(10.0, gt=0.0, le=1000.0)
+    arm_on_first_chunk: bool = True
+
+
+def params_from_values(values: dict[str, Any]) -> FaultInjectorParams:
+    """Validate the node's parameter values.
+
+    Raises:
+        ConfigError: a value is of the wrong type or out of bounds (names field, value, bound).
+    """
+    return validate_params(FaultInjectorParams, values, "node fault_injector_node")
 
 
 class FaultInjectorNode(Node):
@@ -66,22 +100,22 @@ class FaultInjectorNode(Node):
 
     def __init__(self) -> None:
         super().__init__("fault_injector_node")
-        self.declare_parameter("scenario", "")
-        self.declare_parameter("safety_params_file", "")
-        self.declare_parameter("dt_action_s", 0.1)
-        self.declare_parameter("poll_rate_hz", 100.0)
-        self.declare_parameter("diagnostics_rate_hz", 10.0)
-        self.declare_parameter("arm_on_first_chunk", True)
-        self.arm_on_first_chunk = bool(self.get_parameter("arm_on_first_chunk").value)
-        self.scenario = self._load_scenario(str(self.get_parameter("scenario").value))
-        safety_file = str(self.get_parameter("safety_params_file").value) or str(
-            config_path("safety.yaml")
+        # any type on the command line; the pydantic model checks types and bounds
+        untyped = ParameterDescriptor(dynamic_typing=True)
+        for name, field in FaultInjectorParams.model_fields.items():
+            self.declare_parameter(name, field.default, untyped)
+        self.params = params_from_values(
+            {name: self.get_parameter(name).value for name in FaultInjectorParams.model_fields}
         )
+        self.arm_on_first_chunk = self.params.arm_on_first_chunk
+        self.scenario = self._load_scenario(self.params.scenario)
+        safety_file = self.params.safety_params_file or str(config_path("safety.yaml"))
         safety = load_node_params(safety_file, "safety_node", SafetyConfig)
         self.injector = make_injector(self.scenario, position_max=safety.position_max)
-        self.dt_action_s = float(self.get_parameter("dt_action_s").value)
+        self.dt_action_s = self.params.dt_action_s
         self.armed_at_s: float | None = None
         self.counters = {"in": 0, "out": 0, "estop_presses": 0, "resets": 0}
+        self.bad_input = BadInputCounter(self.get_logger().warning)
         self._estop_down = False
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -116,10 +150,8 @@ class FaultInjectorNode(Node):
         if fault == "estop":
             self.estop_pub = self.create_publisher(Bool, graph.TOPIC_ESTOP, qos)
             self.reset_client = self.create_client(Trigger, graph.SERVICE_SAFETY_RESET)
-        self.create_timer(1.0 / float(self.get_parameter("poll_rate_hz").value), self._on_poll)
-        self.create_timer(
-            1.0 / float(self.get_parameter("diagnostics_rate_hz").value), self._publish_diagnostics
-        )
+        self.create_timer(1.0 / self.params.poll_rate_hz, self._on_poll)
+        self.create_timer(1.0 / self.params.diagnostics_rate_hz, self._publish_diagnostics)
         self.get_logger().info(
             f"scenario {self.scenario.name!r}: {fault} at {self.scenario.start_s} s for "
             f"{self.scenario.duration_s} s after the first chunk"
@@ -164,14 +196,14 @@ class FaultInjectorNode(Node):
 
     def _on_image(self, camera: str, msg: Image) -> None:
         self.counters["in"] += 1
-        image = np.frombuffer(msg.data, dtype=np.uint8)
-        image = image[: msg.height * msg.step].reshape(msg.height, msg.step)[:, : msg.width * 3]
-        frame = Observation(
-            stamp_to_s(msg.header.stamp),
-            {camera: image.reshape(msg.height, msg.width, 3)},
-            np.zeros(0),
-            "",
-        )
+        try:  # at the frame's own size: resolution is the consumer's check
+            image = image_to_array(msg, int(msg.height), int(msg.width))
+        except InvalidObservationError as exc:  # passed on unchanged, the consumer refuses it
+            self.bad_input.record(getattr(exc, "reason", "image"), f"{camera}: {exc}")
+            self.image_pubs[camera].publish(msg)
+            self.counters["out"] += 1
+            return
+        frame = Observation(stamp_to_s(msg.header.stamp), {camera: image}, np.zeros(0), "")
         self._publish_frames(self.injector.camera(frame, self.episode_t_s()), msg.header.frame_id)
 
     def _publish_frames(self, frames: list[Observation], frame_id: str = "") -> None:
@@ -238,6 +270,7 @@ class FaultInjectorNode(Node):
             "episode_t_s": f"{t_s:.3f}",
             "active": int(self.injector.active(t_s)),
             **{k: v for k, v in self.counters.items()},
+            **self.bad_input.as_values(),
         }
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
         self.diag_pub.publish(diagnostic_array([status], now_s))

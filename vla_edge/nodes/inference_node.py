@@ -39,6 +39,7 @@ from vla_edge.core.errors import (
 from vla_edge.core.types import Observation
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
+    checked_stamp_s,
     chunk_to_trajectory,
     diagnostic_array,
     image_to_array,
@@ -52,7 +53,7 @@ from vla_edge.nodes.lifecycle import run_node
 from vla_edge.nodes.metrics import BadInputCounter, Histogram
 from vla_edge.nodes.observation_slot import InferenceInput, ObservationSlot
 from vla_edge.nodes.params import config_from_parameters
-from vla_edge.nodes.prefix import prefix_from_plan
+from vla_edge.nodes.prefix import check_plan_joints, prefix_from_plan
 from vla_edge.nodes.sim_state import ShadowScene, decode_sim_state
 from vla_edge.runners.base import Runner, start_noise
 
@@ -61,6 +62,12 @@ DIAGNOSTICS_PERIOD_S = 1.0
 WORKER_POLL_S = 0.2
 # Weight of the newest latency in the expected-delay estimate (exponential average).
 DELAY_EMA_WEIGHT = 0.2
+# How far ahead of this node's clock an image or joint-state stamp may lie (clock
+# skew between machines). The upper bound of the controller's ``max_future_s``, so
+# no frame the controller could accept is refused here; a frame stamped further
+# ahead is refused (``future_stamp``), otherwise the observation slot would wait
+# for a newer frame until the clock caught up with it.
+MAX_FUTURE_STAMP_S = 1.0
 
 
 class InferenceNode(Node):
@@ -162,18 +169,21 @@ class InferenceNode(Node):
 
     def _on_image(self, camera: str, msg: Image) -> None:
         try:
+            stamp_s = checked_stamp_s(msg.header.stamp, self._now_s(), MAX_FUTURE_STAMP_S)
             image = image_to_array(msg, self.config.image_height, self.config.image_width)
         except InvalidObservationError as exc:
             self.bad_input.record(getattr(exc, "reason", "image"), f"{camera}: {exc}")
             return
-        self.slot.put_image(camera, stamp_to_s(msg.header.stamp), image)
+        self.slot.put_image(camera, stamp_s, image)
 
     def _on_joint_state(self, msg: JointState) -> None:
         try:
+            stamp_s = checked_stamp_s(msg.header.stamp, self._now_s(), MAX_FUTURE_STAMP_S)
             positions = joint_state_to_positions(msg, self.joint_names)
-            self.slot.put_state(stamp_to_s(msg.header.stamp), positions)
         except InvalidObservationError as exc:
-            self.bad_input.record(getattr(exc, "reason", "joint_state"), str(exc))
+            self.bad_input.record(getattr(exc, "reason", "joint_state"), f"joint state: {exc}")
+            return
+        self.slot.put_state(stamp_s, positions)
 
     def _on_instruction(self, msg: String) -> None:
         try:
@@ -185,13 +195,16 @@ class InferenceNode(Node):
         self.get_logger().info(f"instruction: {instruction!r}")
 
     def _on_plan(self, msg: JointTrajectory) -> None:
+        """A request; its points are the executed prefix, used only if their joints match."""
         stamp_s = stamp_to_s(msg.header.stamp)
         plan = None
         if msg.points:
             try:
                 plan = trajectory_to_chunk(msg, self.runner.spec.dt_action_s)
-            except ChunkRejectedError as exc:
+                check_plan_joints(plan, self.joint_names)
+            except ChunkRejectedError as exc:  # still a request: infer without a prefix
                 self.bad_input.record(f"plan_{exc.reason}", str(exc))
+                plan = None
         self.slot.request(plan, stamp_s)
 
     def _on_sim_state(self, msg: Float64MultiArray) -> None:

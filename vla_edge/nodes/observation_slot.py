@@ -7,6 +7,12 @@ to their capture time); the worker thread waits
 until a request is pending and an observation newer than the last one it used
 is complete, then takes a consistent snapshot. Old observations are dropped,
 so a slow policy never works on a backlog.
+
+"Newer" compares stamps, so the caller must refuse stamps the slot could never
+move past: unset (0) ones and ones from the future (see
+:func:`vla_edge.nodes.conversions.checked_stamp_s`). A frame stamped ahead of
+the clock would otherwise become the last used stamp and hold back every
+correctly stamped frame until the clock caught up with it.
 """
 
 from __future__ import annotations
@@ -76,8 +82,12 @@ class ObservationSlot:
             self._cond.notify_all()
 
     def _state_at_locked(self, stamp_s: float) -> np.ndarray:
-        """The joint state measured closest to ``stamp_s`` (the frames' capture time)."""
-        return min(self._states, key=lambda item: abs(item[0] - stamp_s))[1]
+        """The joint state measured closest to ``stamp_s`` (the frames' capture time).
+
+        On a tie the newest state wins (``min`` keeps the first minimum, and the
+        history is scanned newest first).
+        """
+        return min(reversed(self._states), key=lambda item: abs(item[0] - stamp_s))[1]
 
     def put_instruction(self, instruction: str) -> None:
         """The current instruction (already validated as non-empty)."""

@@ -15,6 +15,9 @@
   stays where it is (a real arm cannot jump), so the rest of the graph keeps a
   consistent view; the full initial state (arm included) is applied once at start.
 
+``task`` and ``init_state_id`` are checked with the config (:class:`SimConfig`);
+if the initial reset still fails, the node does not start (:class:`SimStartupError`).
+
 All stamps are the node clock's time at which the state was observed.
 """
 
@@ -52,6 +55,12 @@ DIAGNOSTICS_PERIOD_S = 1.0
 # At most this many control periods are simulated in one callback to catch up.
 MAX_CATCH_UP_STEPS = 10
 RESET_TIMEOUT_S = 5.0
+# The first reset also makes the renderer's GL context: allow it longer.
+STARTUP_RESET_TIMEOUT_S = 30.0
+
+
+class SimStartupError(VlaEdgeError):
+    """The initial reset of the scene failed or did not finish: the node cannot start."""
 
 
 class _ResetRequest:
@@ -91,6 +100,7 @@ class SimNode(Node):
         self.late_steps = 0
         self.success = False
         self.commands = 0
+        self.targets: np.ndarray | None = None  # set by the first reset
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(
@@ -122,7 +132,8 @@ class SimNode(Node):
         self.loop_errors = 0
         # The renderer's GL context belongs to the thread that made it: every env call
         # that may render (reset included) runs on the loop thread.
-        self._reset_request: _ResetRequest | None = _ResetRequest(keep_arm=False)
+        initial_reset = _ResetRequest(keep_arm=False)
+        self._reset_request: _ResetRequest | None = initial_reset
         self._close_requested = threading.Event()
         self._closed = threading.Event()
         self._t0_wall_s = time.monotonic()
@@ -138,6 +149,22 @@ class SimNode(Node):
             name="sim_loop",
         )
         self.loop.start()
+        self._await_initial_reset(initial_reset)
+
+    def _await_initial_reset(self, reset: _ResetRequest) -> None:
+        """Wait for the loop thread's first reset; stop the loop and raise if it failed.
+
+        Raises:
+            SimStartupError: the reset raised or did not finish in time.
+        """
+        if reset.done.wait(STARTUP_RESET_TIMEOUT_S) and reset.error is None:
+            return
+        why = reset.error or f"it did not finish within {STARTUP_RESET_TIMEOUT_S} s"
+        self.close()
+        raise SimStartupError(
+            f"initial reset to task = {self.config.task!r}, init_state_id = "
+            f"{self.config.init_state_id} failed: {why}"
+        )
 
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -200,9 +227,13 @@ class SimNode(Node):
             self._reset_scene(keep_arm=reset.keep_arm)
         except VlaEdgeError as exc:
             reset.error = f"{type(exc).__name__}: {exc}"
-        # no catch-up burst for the time the reset took
-        self._t0_wall_s = time.monotonic() - self.steps * self.control_dt_s
-        reset.done.set()
+        except Exception as exc:  # the waiter learns of it; the loop counts it
+            reset.error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            # no catch-up burst for the time the reset took
+            self._t0_wall_s = time.monotonic() - self.steps * self.control_dt_s
+            reset.done.set()
 
     # --- inputs ---------------------------------------------------------------------------
 
@@ -243,6 +274,8 @@ class SimNode(Node):
             self._step_to_wall_clock()
 
     def _step_to_wall_clock(self) -> None:
+        if self.targets is None:  # no scene yet (the initial reset failed)
+            return
         due = int((time.monotonic() - self._t0_wall_s) / self.control_dt_s) - self.steps
         if due <= 0:
             return
