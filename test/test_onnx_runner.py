@@ -142,3 +142,36 @@ def test_factory_names_a_manifest_without_a_backend(tmp_path, text) -> None:
     (tmp_path / "manifest.json").write_text(text)
     with pytest.raises(ConfigError, match="cannot read field 'backend'"):
         make_runner(str(tmp_path))
+
+
+def test_onnx_runner_refuses_inputs_that_would_give_a_nan_chunk(runner) -> None:
+    with pytest.raises(InvalidObservationError, match="state = .* overflows float32"):
+        runner.infer(observation(state=np.full(7, 1e39)))
+    with pytest.raises(InvalidObservationError, match=r"prefix_actions\[:2\] is not finite"):
+        runner.infer(observation(), prefix_actions=np.full((10, 7), 1e39), prefix_len=2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"prefix_actions": np.zeros((10, 7)), "prefix_len": 1.5}, "prefix_len = 1.5"),
+        ({"noise": np.full((10, 7), "a")}, "noise dtype = <U1"),
+        ({"noise": np.zeros((10, 7), np.int64)}, "noise dtype = int64"),
+    ],
+)
+def test_onnx_runner_refuses_wrong_noise_and_prefix_types(runner, kwargs, words) -> None:
+    with pytest.raises(InvalidObservationError, match=words):
+        runner.infer(observation(), **kwargs)
+
+
+def test_onnx_runner_refuses_a_non_string_camera_key(runner) -> None:
+    images = {**observation().images, 1: np.zeros((32, 32, 3), np.uint8)}
+    with pytest.raises(InvalidObservationError, match="images key = 1"):
+        runner.infer(observation(images=images))
+
+
+def test_closed_onnx_runner_raises_config_error(onnx_dir) -> None:
+    runner = OnnxRunner(onnx_dir, threads=1)
+    runner.close()
+    with pytest.raises(ConfigError, match="is closed: infer\\(\\) after close\\(\\)"):
+        runner.infer(observation())

@@ -23,6 +23,7 @@ from openpi_fixtures import (
 )
 
 from vla_edge.core.errors import (
+    InvalidObservationError,
     ProtocolError,
     RemoteConnectionError,
     RemoteRunnerError,
@@ -141,12 +142,21 @@ def test_metadata_without_policy_description_needs_an_explicit_spec() -> None:
         spec_from_metadata({})
 
 
+class _RefusingPolicy(ImageStatePolicy):
+    """Refuses the instruction ``"refuse"`` on the server side (the client cannot know)."""
+
+    def infer(self, obs, noise=None, prefix_actions=None, prefix_len=0):  # noqa: ANN001, ANN201
+        if obs.instruction == "refuse":
+            raise InvalidObservationError("instruction 'refuse' is refused by the test policy")
+        return super().infer(obs, noise, prefix_actions, prefix_len)
+
+
 def test_server_error_reply_keeps_the_connection_usable() -> None:
-    with PolicyServer(ImageStatePolicy(), port=0) as server:
+    with PolicyServer(_RefusingPolicy(), port=0) as server:
         runner = RemoteRunner(server.url, timeout_s=2.0)
         bad = make_observation(seed=1)
-        bad.images["wrist"] = np.zeros((8, 8, 3), np.uint8)
-        with pytest.raises(RemoteServerError, match=r"observation/wrist_image shape = \[8, 8, 3\]"):
+        bad.instruction = "refuse"
+        with pytest.raises(RemoteServerError, match=r"instruction 'refuse' is refused"):
             runner.infer(bad)
         assert runner.connected
         good = make_observation(seed=2)
@@ -382,3 +392,116 @@ def test_killed_server_mid_run_brings_controller_to_hold_and_restart_resumes() -
     assert not controller.holding  # fresh chunks after the restart
     steps = np.abs(np.diff(np.asarray(commands), axis=0)).max()
     assert steps < 0.05  # no jump at the hold or at the resume
+
+
+class _RecordingDictPolicy(OpenpiDictPolicy):
+    """Keeps the keys of every request the openpi server hands it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[dict] = []
+
+    def infer(self, obs: dict) -> dict:
+        """Record, then answer with the closed form."""
+        self.requests.append(dict(obs))
+        return super().infer(obs)
+
+
+def _bad_inputs() -> list[tuple[str, dict, dict, str]]:
+    f32 = {c: np.full((32, 32, 3), 0.5, np.float32) for c in SPEC.cameras}
+    nan = {c: np.full((32, 32, 3), np.nan, np.float32) for c in SPEC.cameras}
+    extra = {c: np.zeros((32, 32, 3), np.uint8) for c in (*SPEC.cameras, "top")}
+    return [
+        ("float image", {"images": f32}, {}, "dtype = float32, expected uint8"),
+        ("NaN image", {"images": nan}, {}, "dtype = float32, expected uint8"),
+        ("images list", {"images": [1]}, {}, "images must be a dict, got list"),
+        ("non-str key", {"images": {**extra, 1: extra["top"]}}, {}, "images key = 1"),
+        ("extra camera", {"images": extra}, {}, "expected \\['agentview', 'wrist'\\]"),
+        ("instruction int", {"instruction": 5}, {}, "instruction = 5 must be a str"),
+        ("instruction None", {"instruction": None}, {}, "must be a str, got NoneType"),
+        ("zero width", {"instruction": "\u200b"}, {}, "is empty"),
+        ("state NaN", {"state": np.full(7, np.nan)}, {}, "non-finite"),
+        ("state 1e39", {"state": np.full(7, 1e39)}, {}, "overflows float32"),
+        ("state str", {"state": np.array(["a"] * 7)}, {}, "state dtype = <U1"),
+        ("prefix_len only", {}, {"prefix_len": 3}, "prefix_len = 3 but prefix_actions is None"),
+        ("prefix_len 1.5", {}, {"prefix_len": 1.5, "prefix_actions": np.zeros((10, 7))}, "int"),
+        ("noise int", {}, {"noise": np.zeros((10, 7), np.int64)}, "noise dtype = int64"),
+        ("noise 1e39", {}, {"noise": np.full((10, 7), 1e39)}, "noise holds a non-finite"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "kwargs", "words"),
+    [case[1:] for case in _bad_inputs()],
+    ids=[case[0] for case in _bad_inputs()],
+)
+def test_remote_runner_checks_inputs_like_a_local_runner_before_sending(
+    changes, kwargs, words
+) -> None:
+    policy = ImageStatePolicy()
+    with PolicyServer(policy, port=0) as server:
+        runner = RemoteRunner(server.url, timeout_s=2.0)
+        obs = make_observation(seed=3)
+        for name, value in changes.items():
+            setattr(obs, name, value)
+        with pytest.raises(InvalidObservationError, match=words):
+            runner.infer(obs, **kwargs)
+        assert policy.calls == 0 and runner.counters["requests"] == 0
+        runner.close()
+
+
+def test_remote_runner_sends_the_specs_cameras_and_always_a_prefix_len() -> None:
+    policy = _RecordingDictPolicy()
+    with OpenpiServerThread(policy, free_port()) as server:
+        runner = RemoteRunner(f"ws://127.0.0.1:{server.port}", timeout_s=2.0, spec=SPEC)
+        obs = make_observation(seed=4)
+        runner.infer(obs)
+        prefix = np.full((3, 7), 0.25, np.float32)  # shorter than H: padded on the wire
+        runner.infer(obs, prefix_actions=prefix, prefix_len=np.int64(2))
+        runner.close()
+    first, second = policy.requests
+    images = {k for k in first if k.endswith("image")}
+    assert images == {"observation/image", "observation/wrist_image"}
+    assert first["vla_edge/prefix_len"] == 0 and "vla_edge/prefix_actions" not in first
+    assert second["vla_edge/prefix_len"] == 2
+    sent = second["vla_edge/prefix_actions"]
+    assert sent.shape == (10, 7)
+    np.testing.assert_array_equal(sent[:2], prefix[:2])
+
+
+def test_remote_chunk_with_a_short_prefix_equals_the_local_one() -> None:
+    local = ImageStatePolicy()
+    with PolicyServer(ImageStatePolicy(), port=0) as server:
+        runner = RemoteRunner(server.url, timeout_s=2.0)
+        obs = make_observation(seed=6)
+        noise = np.random.default_rng(2).standard_normal((1, 10, 7))  # float64, [1, H, A]
+        prefix = np.random.default_rng(3).uniform(-0.3, 0.3, (3, 7))
+        got = runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=2).positions
+        runner.close()
+    want = local.infer(obs, noise[0].astype(np.float32), prefix, 2).positions
+    np.testing.assert_array_equal(got, want)
+
+
+class _NanPolicy(ImageStatePolicy):
+    def infer(self, obs, noise=None, prefix_actions=None, prefix_len=0):  # noqa: ANN001, ANN201
+        chunk = super().infer(obs, noise, prefix_actions, prefix_len)
+        chunk.positions[3, 1] = np.nan
+        return chunk
+
+
+def test_reply_with_nan_actions_raises_remote_server_error() -> None:
+    with PolicyServer(_NanPolicy(), port=0) as server:
+        runner = RemoteRunner(server.url, timeout_s=2.0)
+        with pytest.raises(RemoteServerError, match="actions hold 1 non-finite value"):
+            runner.infer(make_observation())
+        runner.close()
+
+
+def test_constructor_closes_the_connection_when_the_metadata_is_bad() -> None:
+    with PolicyServer(ImageStatePolicy(), port=0, metadata={"image_height": "bad"}) as server:
+        with pytest.raises(RemoteRunnerError, match="server metadata image_height = 'bad'"):
+            RemoteRunner(server.url, timeout_s=2.0)
+        deadline = time.monotonic() + 2.0
+        while server.stats.connections_open and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.stats.connections_open == 0

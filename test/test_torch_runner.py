@@ -3,7 +3,7 @@ import pytest
 import torch
 from policy_synthetic import tiny_config
 
-from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.errors import ConfigError, InvalidObservationError, NonFiniteChunkError
 from vla_edge.core.types import Observation
 from vla_edge.policy.model import VlaPolicy, save_checkpoint
 from vla_edge.policy.normalize import NormStats
@@ -152,3 +152,99 @@ def test_prefix_longer_than_the_chunk_is_refused(runner) -> None:
         InvalidObservationError, match="prefix_len = 10, expected 0 <= prefix_len < 10"
     ):
         runner.infer(_obs(), prefix_actions=np.zeros((10, 7)), prefix_len=10)
+
+
+def test_state_beyond_float32_gives_a_named_error_not_a_nan_chunk(runner) -> None:
+    with pytest.raises(InvalidObservationError, match="state = .* overflows float32"):
+        runner.infer(_obs(state=np.full(7, 1e39)))
+
+
+def test_prefix_beyond_float32_gives_a_named_error_not_a_nan_chunk(runner) -> None:
+    with pytest.raises(InvalidObservationError, match=r"prefix_actions\[:2\] is not finite"):
+        runner.infer(_obs(), prefix_actions=np.full((10, 7), 1e39), prefix_len=2)
+
+
+@pytest.mark.parametrize("prefix_len", [1.5, None, float("nan"), True])
+def test_non_integer_prefix_len_is_refused(runner, prefix_len) -> None:
+    with pytest.raises(InvalidObservationError, match="expected an int"):
+        runner.infer(_obs(), prefix_actions=np.zeros((10, 7)), prefix_len=prefix_len)
+
+
+def test_numpy_integer_prefix_len_gives_the_same_chunk_as_an_int(runner) -> None:
+    noise = np.zeros((10, 7), np.float32)
+    prefix = np.full((10, 7), 0.1)
+    a = runner.infer(_obs(), noise=noise, prefix_actions=prefix, prefix_len=np.int64(2))
+    b = runner.infer(_obs(), noise=noise, prefix_actions=prefix, prefix_len=2)
+    np.testing.assert_array_equal(a.positions, b.positions)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"noise": np.full((10, 7), "a")}, "noise dtype = <U1"),
+        ({"noise": np.ones((10, 7), np.int64)}, "noise dtype = int64"),
+        ({"noise": np.ones((10, 7), bool)}, "noise dtype = bool"),
+        ({"prefix_actions": np.full((10, 7), "a"), "prefix_len": 2}, "prefix_actions dtype"),
+    ],
+)
+def test_noise_and_prefix_of_a_wrong_dtype_are_refused(runner, kwargs, words) -> None:
+    with pytest.raises(InvalidObservationError, match=words):
+        runner.infer(_obs(), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"state": np.array(["a"] * 7)}, "state dtype = <U1"),
+        ({"state": np.zeros(7, np.complex128) + 1j}, "state dtype = complex128"),
+        ({"instruction": "\u200b"}, "is empty"),
+        ({"instruction": "\x00\x00"}, "is empty"),
+        ({"instruction": "\ufeff"}, "is empty"),
+        ({"instruction": "\u0301"}, "is empty"),
+    ],
+)
+def test_state_dtype_and_invisible_instructions_are_refused(runner, changes, words) -> None:
+    with pytest.raises(InvalidObservationError, match=words):
+        runner.infer(_obs(**changes))
+
+
+def test_non_string_image_key_is_refused(runner) -> None:
+    images = {**_obs().images, 1: np.zeros((32, 32, 3), np.uint8)}
+    with pytest.raises(InvalidObservationError, match="images key = 1"):
+        runner.infer(_obs(images=images))
+
+
+def test_policy_producing_nan_raises_non_finite_chunk_error() -> None:
+    policy = VlaPolicy(tiny_config())
+    with torch.no_grad():
+        policy.action_head.action_out.bias.fill_(float("nan"))
+    with pytest.raises(NonFiniteChunkError, match="non-finite"):
+        TorchRunner(policy).infer(_obs())
+
+
+@pytest.mark.parametrize("flow_steps", [0, -1, 101, 2.5, True, "4"])
+def test_flow_steps_outside_one_to_max_is_refused_at_construction(flow_steps) -> None:
+    with pytest.raises(ConfigError, match=f"flow_steps = {flow_steps!r}"):
+        TorchRunner(VlaPolicy(tiny_config()), flow_steps=flow_steps)
+
+
+def test_runners_sharing_a_policy_keep_their_own_flow_steps() -> None:
+    torch.manual_seed(0)
+    policy = VlaPolicy(tiny_config())  # K = 4
+    noise = np.random.default_rng(2).standard_normal((10, 7)).astype(np.float32)
+    alone = TorchRunner(policy, flow_steps=8).infer(_obs(), noise=noise).positions
+    eight = TorchRunner(policy, flow_steps=8)
+    two = TorchRunner(policy, flow_steps=2)
+    default = TorchRunner(policy)
+    assert (eight.flow_steps, two.flow_steps, default.flow_steps) == (8, 2, 4)
+    assert policy.action_head.flow_steps == 4
+    np.testing.assert_array_equal(eight.infer(_obs(), noise=noise).positions, alone)
+    assert not np.allclose(two.infer(_obs(), noise=noise).positions, alone)
+    same_k = TorchRunner(policy, flow_steps=4).infer(_obs(), noise=noise).positions
+    np.testing.assert_array_equal(default.infer(_obs(), noise=noise).positions, same_k)
+
+
+def test_flow_steps_of_a_runner_loaded_from_a_file_is_its_policys(tmp_path) -> None:
+    save_checkpoint(tmp_path / "p.pt", VlaPolicy(tiny_config()))
+    runner = TorchRunner(tmp_path / "p.pt", flow_steps=3)
+    assert runner.flow_steps == 3 and runner.policy.action_head.flow_steps == 3

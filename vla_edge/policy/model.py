@@ -203,6 +203,58 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def _checked_stages(payload: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """The payload's ``stages``, checked: dicts of finite tensors whose hash matches the file's.
+
+    Raises:
+        CheckpointError: ``stages`` or a stage is not a dict of tensors, a trained
+            stage is missing, a weight is NaN or inf, or the recomputed
+            :func:`weights_hash` differs from a stored ``weights_sha256``.
+    """
+    stages = payload["stages"]
+    if not isinstance(stages, dict):
+        raise CheckpointError(
+            f"checkpoint {path}: field stages is {type(stages).__name__}, expected a dict "
+            f"of {list(TRAINED_STAGES)}"
+        )
+    for name in TRAINED_STAGES:
+        if name not in stages:
+            raise CheckpointError(f"checkpoint {path}: stage {name} is missing")
+    for name, state in stages.items():
+        if not isinstance(state, dict):
+            raise CheckpointError(
+                f"checkpoint {path}: stage {name} is {type(state).__name__}, expected a "
+                "state dict (parameter name -> tensor)"
+            )
+        for key, tensor in state.items():
+            if not isinstance(tensor, torch.Tensor):
+                raise CheckpointError(
+                    f"checkpoint {path}: stage {name} entry {key!r} is "
+                    f"{type(tensor).__name__}, expected a tensor"
+                )
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise CheckpointError(
+                    f"checkpoint {path}: stage {name} weight {key} holds NaN or inf"
+                )
+    stored = payload.get("weights_sha256")
+    if stored is not None:
+        if not isinstance(stored, str):
+            raise CheckpointError(
+                f"checkpoint {path}: field weights_sha256 = {stored!r} "
+                f"({type(stored).__name__}), expected a hex str"
+            )
+        try:
+            actual = weights_hash(stages)
+        except (TypeError, RuntimeError) as exc:  # e.g. a dtype numpy cannot hold
+            raise CheckpointError(f"checkpoint {path}: weights cannot be hashed: {exc}") from exc
+        if actual != stored:
+            raise CheckpointError(
+                f"checkpoint {path}: weights sha256 = {actual} differs from the stored "
+                f"weights_sha256 = {stored}: the stages were changed after saving"
+            )
+    return stages
+
+
 def load_checkpoint(path: str | Path, load_language: bool = False) -> VlaPolicy:
     """Rebuild a :class:`VlaPolicy` from a checkpoint (eval mode).
 
@@ -210,19 +262,29 @@ def load_checkpoint(path: str | Path, load_language: bool = False) -> VlaPolicy:
     step, train config and meta from the file.
 
     Raises:
-        CheckpointError: bad file, missing stage, or weights that do not fit the config.
+        CheckpointError: bad file, a field of the wrong type, missing stage, a
+            non-finite weight, weights whose sha256 differs from the stored
+            ``weights_sha256``, or weights that do not fit the config.
     """
     payload = read_checkpoint(path)
+    if not isinstance(payload["norm_stats"], dict):
+        raise CheckpointError(
+            f"checkpoint {path}: field norm_stats is {type(payload['norm_stats']).__name__}, "
+            "expected a dict"
+        )
+    step = payload.get("step", 0)
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise CheckpointError(
+            f"checkpoint {path}: field step = {step!r} ({type(step).__name__}), expected an int"
+        )
     try:
         config = policy_config_from_dict(payload["model_config"], f"checkpoint {path}")
         stats = NormStats.from_dict(payload["norm_stats"], config.action_dim)
     except ConfigError as exc:
         raise CheckpointError(str(exc)) from exc
+    stages = _checked_stages(payload, path)
     policy = VlaPolicy(config, stats, load_language=load_language)
-    stages = payload["stages"]
     for name in TRAINED_STAGES:
-        if name not in stages:
-            raise CheckpointError(f"checkpoint {path}: stage {name} is missing")
         try:
             getattr(policy, name).load_state_dict(stages[name])
         except RuntimeError as exc:
@@ -234,7 +296,7 @@ def load_checkpoint(path: str | Path, load_language: bool = False) -> VlaPolicy:
         "path": str(path),
         "source_hash": payload.get("source_hash"),
         "weights_sha256": payload.get("weights_sha256"),
-        "step": int(payload.get("step", 0)),
+        "step": step,
         "train_config": payload.get("train_config"),
         "meta": payload.get("meta", {}),
         "source_matches": payload.get("source_hash") == source_hash(),

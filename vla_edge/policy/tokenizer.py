@@ -46,7 +46,8 @@ class InstructionTokenizer:
         """Tokenize one instruction.
 
         Raises:
-            InvalidObservationError: the instruction is not a string, is empty,
+            InvalidObservationError: the instruction is not a string, is empty
+                (also once normalised: e.g. only zero-width or control characters),
                 holds tokens outside the vocabulary, or is longer than ``L``.
         """
         if not isinstance(instruction, str):
@@ -57,6 +58,11 @@ class InstructionTokenizer:
             raise InvalidObservationError(f"instruction = {instruction!r} is empty")
         enc = self._tok.encode(instruction)
         ids = list(enc.ids)
+        if all(enc.special_tokens_mask):
+            raise InvalidObservationError(
+                f"instruction = {instruction!r} is empty once normalised by the tokenizer: "
+                f"tokens {enc.tokens} hold no word"
+            )
         if self.unk_id in ids:
             unknown = [t for t, i in zip(enc.tokens, ids, strict=True) if i == self.unk_id]
             words = [

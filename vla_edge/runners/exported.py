@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vla_edge.core.errors import ManifestMismatchError
+from vla_edge.core.errors import ConfigError, ManifestMismatchError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.export.manifest import (
     STAGE_NAMES,
@@ -31,6 +31,7 @@ from vla_edge.export.manifest import (
 from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec
 from vla_edge.runners.preprocess import (
+    check_prefix,
     decode_chunk,
     images_to_nchw,
     noise_input,
@@ -153,15 +154,25 @@ class ExportedRunner:
         prefix_actions: np.ndarray | None = None,
         prefix_len: int = 0,
     ) -> ActionChunk:
-        """Compute the chunk for ``obs`` (see :class:`vla_edge.runners.base.Runner`)."""
+        """Compute the chunk for ``obs`` (see :class:`vla_edge.runners.base.Runner`).
+
+        Raises:
+            ConfigError: the runner was closed.
+        """
+        if not self._programs:
+            raise ConfigError(
+                f"{type(self).__name__} for {self.manifest.directory} is closed: infer() after "
+                "close(); build a new runner"
+            )
         validate_observation(obs, self.spec)
         h, a = self.spec.chunk_horizon, self.spec.action_dim
+        prefix_len, _ = check_prefix(prefix_actions, prefix_len, h, a)
         state = np.asarray(obs.state, dtype=np.float64)
+        state_a = state_input(self.codec, state)
         noise_a = noise_input(noise, h, a, self._rng)
         prefix_a, mask_a = prefix_inputs(self.codec, prefix_actions, prefix_len, state, h)
         lang, lang_ms = self.language_embedding(obs.instruction)
         images = images_to_nchw(obs.images, self.spec.cameras)
-        state_a = state_input(self.codec, state)
         timings = {"language_encoder": lang_ms}
         t0 = time.perf_counter()
         visual = self._programs["vision_encoder"].run([images])
@@ -183,6 +194,6 @@ class ExportedRunner:
         )
 
     def close(self) -> None:
-        """Drop the cached embeddings and the programs."""
+        """Drop the cached embeddings and the programs; a later ``infer`` raises ``ConfigError``."""
         self._lang_cache.clear()
         self._programs.clear()

@@ -90,11 +90,17 @@ def observation_to_request(
     prefix_len: int = 0,
     request_id: int | None = None,
     camera_keys: dict[str, str] | None = None,
+    cameras: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Build the openpi request map for ``obs`` (see the module table)."""
+    """Build the openpi request map for ``obs`` (see the module table).
+
+    Args:
+        cameras: send only these cameras (``None``: every image in ``obs``).
+    """
+    names = list(obs.images) if cameras is None else list(cameras)
     request: dict[str, Any] = {
-        camera_key(name, camera_keys): np.ascontiguousarray(image, dtype=np.uint8)
-        for name, image in obs.images.items()
+        camera_key(name, camera_keys): np.ascontiguousarray(obs.images[name], dtype=np.uint8)
+        for name in names
     }
     request[KEY_STATE] = np.asarray(obs.state, dtype=np.float64)
     request[KEY_PROMPT] = str(obs.instruction)
@@ -257,8 +263,8 @@ def response_to_actions(response: Any, spec: RunnerSpec) -> np.ndarray:
     """Validate a reply's ``actions`` against ``spec``; return a float64 ``[H, A]`` copy.
 
     Raises:
-        RemoteServerError: the reply is not a map, lacks ``actions``, or its shape
-            differs from ``[chunk_horizon, action_dim]``.
+        RemoteServerError: the reply is not a map, lacks ``actions``, its shape
+            differs from ``[chunk_horizon, action_dim]``, or it holds NaN or inf.
     """
     if not isinstance(response, dict):
         raise RemoteServerError(f"reply is {type(response).__name__}: must be a map")
@@ -275,4 +281,10 @@ def response_to_actions(response: Any, spec: RunnerSpec) -> np.ndarray:
             f"actions shape = {list(actions.shape)}: must be {list(expected)} "
             "[chunk_horizon, action_dim]"
         )
-    return np.array(actions, dtype=np.float64, copy=True)
+    positions = np.array(actions, dtype=np.float64, copy=True)
+    if not np.all(np.isfinite(positions)):
+        bad = int(positions.size - np.count_nonzero(np.isfinite(positions)))
+        raise RemoteServerError(
+            f"actions hold {bad} non-finite value(s) (NaN or inf): joint targets must be finite"
+        )
+    return positions

@@ -11,14 +11,20 @@ runners feed their programs the same tensors as the reference:
 * executed prefix: ``[>= d, A]`` absolute targets -> normalised ``[1, H, A]``
   plus mask ``[1, H]``;
 * output: normalised ``[H, A]`` -> absolute joint targets, prefix rows copied
-  verbatim.
+  verbatim; a chunk holding NaN or inf is refused.
+
+The input checks (:func:`validate_observation`, :func:`check_noise`,
+:func:`check_prefix`) need no model, so the remote runner applies them too.
 """
 
 from __future__ import annotations
 
+import unicodedata
+from typing import Any
+
 import numpy as np
 
-from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.errors import InvalidObservationError, NonFiniteChunkError
 from vla_edge.core.types import Observation
 from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec, start_noise
@@ -31,9 +37,61 @@ def images_to_nchw(images: dict[str, np.ndarray], cameras: tuple[str, ...]) -> n
     return nchw / np.float32(255.0)
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+"""Largest finite float32: every tensor a stage sees is float32."""
+
+
+def _numeric_array(value: Any, field: str, kinds: str, expected: str) -> np.ndarray:
+    """``value`` as an array whose ``dtype.kind`` is one of ``kinds``.
+
+    Raises:
+        InvalidObservationError: ``value`` is not an array of such a dtype.
+    """
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # e.g. a ragged nested list
+        raise InvalidObservationError(f"{field} cannot be read as an array: {exc}") from exc
+    if arr.dtype.kind not in kinds:
+        raise InvalidObservationError(f"{field} dtype = {arr.dtype}, expected {expected}")
+    return arr
+
+
 def state_input(codec: ActionCodec, state: np.ndarray) -> np.ndarray:
-    """Normalised ``[1, A]`` float32 state."""
-    return codec.normalize_state(np.asarray(state, dtype=np.float64))[None, :]
+    """Normalised ``[1, A]`` float32 state.
+
+    Raises:
+        InvalidObservationError: the normalised state overflows float32.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        normalised = codec.normalize_state(np.asarray(state, dtype=np.float64))
+    if not np.all(np.isfinite(normalised)):
+        raise InvalidObservationError(
+            f"state = {np.asarray(state).tolist()} is not finite once normalised to float32: "
+            f"|(state - mean) / std| must stay below {FLOAT32_MAX:.3g}"
+        )
+    return normalised[None, :]
+
+
+def check_noise(noise: Any, horizon: int, action_dim: int) -> np.ndarray:
+    """Validated explicit noise as ``[1, H, A]`` float32.
+
+    Raises:
+        InvalidObservationError: ``noise`` is not a float array, has the wrong
+            shape, or holds a value that is not finite in float32.
+    """
+    arr = _numeric_array(noise, "noise", "f", "a float dtype (float32)")
+    if arr.shape not in ((horizon, action_dim), (1, horizon, action_dim)):
+        raise InvalidObservationError(
+            f"noise shape = {arr.shape}, expected ({horizon}, {action_dim})"
+        )
+    with np.errstate(over="ignore"):
+        arr = arr.astype(np.float32, copy=False)
+    if not np.all(np.isfinite(arr)):
+        raise InvalidObservationError(
+            f"noise holds a non-finite value (in float32: |noise| must stay below "
+            f"{FLOAT32_MAX:.3g})"
+        )
+    return np.ascontiguousarray(arr.reshape(1, horizon, action_dim))
 
 
 def noise_input(
@@ -42,18 +100,49 @@ def noise_input(
     """``[1, H, A]`` float32 flow-matching start: ``noise`` validated, or drawn from ``rng``.
 
     Raises:
-        InvalidObservationError: ``noise`` has the wrong shape or a non-finite value.
+        InvalidObservationError: see :func:`check_noise`.
     """
     if noise is None:
         return start_noise(rng, horizon, action_dim)[None]
-    arr = np.asarray(noise, dtype=np.float32)
-    if arr.shape not in ((horizon, action_dim), (1, horizon, action_dim)):
+    return check_noise(noise, horizon, action_dim)
+
+
+def check_prefix(
+    prefix_actions: Any, prefix_len: Any, horizon: int, action_dim: int
+) -> tuple[int, np.ndarray | None]:
+    """Validated ``(d, rows)``: ``d`` as an int and the binding rows ``[d, A]`` float64.
+
+    ``rows`` is ``None`` when ``d == 0`` (``prefix_actions`` is then ignored).
+
+    Raises:
+        InvalidObservationError: ``prefix_len`` is not an integer in
+            ``0 <= d < H``, or ``prefix_actions`` is missing, not a float array,
+            too short, of the wrong width, or holds a non-finite value.
+    """
+    if isinstance(prefix_len, bool | np.bool_) or not isinstance(prefix_len, int | np.integer):
         raise InvalidObservationError(
-            f"noise shape = {arr.shape}, expected ({horizon}, {action_dim})"
+            f"prefix_len = {prefix_len!r} ({type(prefix_len).__name__}), expected an int "
+            f"with 0 <= prefix_len < {horizon}"
         )
-    if not np.all(np.isfinite(arr)):
-        raise InvalidObservationError("noise holds a non-finite value")
-    return np.ascontiguousarray(arr.reshape(1, horizon, action_dim))
+    if not 0 <= prefix_len < horizon:
+        raise InvalidObservationError(
+            f"prefix_len = {prefix_len}, expected 0 <= prefix_len < {horizon}"
+        )
+    prefix_len = int(prefix_len)
+    if prefix_len == 0:
+        return 0, None
+    if prefix_actions is None:
+        raise InvalidObservationError(f"prefix_len = {prefix_len} but prefix_actions is None")
+    arr = _numeric_array(prefix_actions, "prefix_actions", "f", "a float dtype")
+    if arr.ndim != 2 or arr.shape[1] != action_dim or arr.shape[0] < prefix_len:
+        raise InvalidObservationError(
+            f"prefix_actions shape = {arr.shape}, expected (>= prefix_len={prefix_len}, "
+            f"{action_dim})"
+        )
+    rows = arr[:prefix_len].astype(np.float64)
+    if not np.all(np.isfinite(rows)):
+        raise InvalidObservationError("prefix_actions holds a non-finite value")
+    return prefix_len, rows
 
 
 def prefix_inputs(
@@ -66,33 +155,24 @@ def prefix_inputs(
     """Normalised prefix ``[1, H, A]`` and mask ``[1, H]`` (both float32).
 
     Raises:
-        InvalidObservationError: ``prefix_len`` outside ``0 <= d < H``, missing
-            or malformed ``prefix_actions``, or a non-finite prefix value.
+        InvalidObservationError: see :func:`check_prefix`; also a prefix that is
+            not finite once normalised to float32.
     """
     action_dim = codec.delta_mask.size
-    if not 0 <= int(prefix_len) < horizon:
-        raise InvalidObservationError(
-            f"prefix_len = {prefix_len}, expected 0 <= prefix_len < {horizon}"
-        )
-    prefix_len = int(prefix_len)
+    prefix_len, rows = check_prefix(prefix_actions, prefix_len, horizon, action_dim)
     mask = np.zeros((1, horizon), dtype=np.float32)
     actions = np.zeros((1, horizon, action_dim), dtype=np.float32)
-    if prefix_len == 0:
+    if rows is None:
         return actions, mask
-    if prefix_actions is None:
-        raise InvalidObservationError(f"prefix_len = {prefix_len} but prefix_actions is None")
-    arr = np.asarray(prefix_actions, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[1] != action_dim or arr.shape[0] < prefix_len:
-        raise InvalidObservationError(
-            f"prefix_actions shape = {arr.shape}, expected (>= prefix_len={prefix_len}, "
-            f"{action_dim})"
-        )
-    rows = arr[:prefix_len]
-    if not np.all(np.isfinite(rows)):
-        raise InvalidObservationError("prefix_actions holds a non-finite value")
     padded = np.zeros((horizon, action_dim))
     padded[:prefix_len] = rows
-    actions = codec.encode_actions(padded, np.asarray(state, dtype=np.float64))[None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        actions = codec.encode_actions(padded, np.asarray(state, dtype=np.float64))[None]
+    if not np.all(np.isfinite(actions)):
+        raise InvalidObservationError(
+            f"prefix_actions[:{prefix_len}] is not finite once normalised to float32: "
+            f"|(prefix - state - mean) / std| must stay below {FLOAT32_MAX:.3g}"
+        )
     mask[0, :prefix_len] = 1.0
     return np.ascontiguousarray(actions, dtype=np.float32), mask
 
@@ -104,11 +184,29 @@ def decode_chunk(
     prefix_actions: np.ndarray | None,
     prefix_len: int,
 ) -> np.ndarray:
-    """Absolute ``[H, A]`` float64 targets; the first ``prefix_len`` rows are the given prefix."""
+    """Absolute ``[H, A]`` float64 targets; the first ``prefix_len`` rows are the given prefix.
+
+    ``prefix_len`` is the int :func:`check_prefix` returned.
+
+    Raises:
+        NonFiniteChunkError: the model's output or the decoded chunk holds NaN
+            or inf (e.g. an input at the edge of float32, or broken weights).
+    """
     arr = np.asarray(actions_norm)
-    positions = codec.decode_actions(arr.reshape(arr.shape[-2:]), np.asarray(state, np.float64))
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise NonFiniteChunkError(
+            f"the action head's output holds {bad} non-finite value(s) of {arr.size}: "
+            "no chunk is returned (inputs out of range or broken weights)"
+        )
+    with np.errstate(over="ignore", invalid="ignore"):
+        positions = codec.decode_actions(arr.reshape(arr.shape[-2:]), np.asarray(state, np.float64))
     if prefix_len > 0 and prefix_actions is not None:
         positions[:prefix_len] = np.asarray(prefix_actions, dtype=np.float64)[:prefix_len]
+    if not np.all(np.isfinite(positions)):
+        raise NonFiniteChunkError(
+            f"the decoded chunk holds a non-finite joint target: {positions.tolist()}"
+        )
     return positions
 
 
@@ -120,6 +218,12 @@ def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
     """
     if not isinstance(obs.images, dict):
         raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")
+    bad_keys = [k for k in obs.images if not isinstance(k, str)]
+    if bad_keys:
+        raise InvalidObservationError(
+            f"images key = {bad_keys[0]!r} ({type(bad_keys[0]).__name__}): camera names "
+            f"must be str, expected {sorted(spec.cameras)}"
+        )
     got, want = sorted(obs.images), sorted(spec.cameras)
     if got != want:
         raise InvalidObservationError(
@@ -138,10 +242,33 @@ def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
             raise InvalidObservationError(
                 f"images[{cam!r}] shape = {img.shape}, expected {shape} (height, width, RGB)"
             )
-    state = np.asarray(obs.state)
+    state = _numeric_array(obs.state, "state", "fiu", "a real number dtype (float, int)")
     if state.shape != (spec.action_dim,):
         raise InvalidObservationError(f"state shape = {state.shape}, expected ({spec.action_dim},)")
-    if not np.all(np.isfinite(state.astype(np.float64))):
+    state64 = state.astype(np.float64)
+    if not np.all(np.isfinite(state64)):
         raise InvalidObservationError(f"state = {state.tolist()} holds a non-finite value")
-    if not isinstance(obs.instruction, str) or not obs.instruction.strip():
-        raise InvalidObservationError(f"instruction = {obs.instruction!r} is empty")
+    if np.any(np.abs(state64) > FLOAT32_MAX):
+        raise InvalidObservationError(
+            f"state = {state.tolist()} overflows float32: |state| must stay below {FLOAT32_MAX:.3g}"
+        )
+    validate_instruction(obs.instruction)
+
+
+def validate_instruction(instruction: Any) -> None:
+    """Raise :class:`InvalidObservationError` unless ``instruction`` has a visible character.
+
+    Control, format (zero-width), separator and combining characters alone are
+    dropped by the tokenizer's normalisation and would leave no word to embed.
+    """
+    if not isinstance(instruction, str):
+        raise InvalidObservationError(
+            f"instruction = {instruction!r} must be a str, got {type(instruction).__name__}"
+        )
+    if not instruction.strip():
+        raise InvalidObservationError(f"instruction = {instruction!r} is empty")
+    if all(unicodedata.category(ch)[0] in "CZM" for ch in instruction):
+        raise InvalidObservationError(
+            f"instruction = {instruction!r} is empty: it holds only control, zero-width, "
+            "space or combining characters"
+        )

@@ -41,8 +41,13 @@ from vla_edge.core.errors import (
 )
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
-from vla_edge.runners.openpi_adapter import observation_to_request, response_to_actions
+from vla_edge.runners.openpi_adapter import (
+    KEY_PREFIX_LEN,
+    observation_to_request,
+    response_to_actions,
+)
 from vla_edge.runners.openpi_protocol import ProtocolLimits, pack, unpack
+from vla_edge.runners.preprocess import check_noise, check_prefix, validate_observation
 
 _CLOCK_SAMPLES = 8
 
@@ -167,7 +172,11 @@ class RemoteRunner:
         if spec is None:
             with self._lock:
                 self._connect(time.monotonic() + self.timeout_s)
-            spec = spec_from_metadata(self.server_metadata)
+                try:
+                    spec = spec_from_metadata(self.server_metadata)
+                except RemoteRunnerError:
+                    self._drop()  # the constructor fails: nobody could close this socket
+                    raise
         self.spec: RunnerSpec = spec
 
     @classmethod
@@ -304,7 +313,10 @@ class RemoteRunner:
         Raises:
             RemoteTimeoutError: no reply within ``timeout_s``.
             RemoteConnectionError: cannot connect (or in back-off), or the connection broke.
-            RemoteServerError: the server replied with an error or a malformed reply.
+            RemoteServerError: the server replied with an error or a malformed reply
+                (also actions holding NaN or inf).
+            InvalidObservationError: ``obs``, ``noise`` or the prefix fail the checks
+                every local runner applies (nothing is sent).
             ProtocolError: ``obs`` cannot be encoded.
         """
         with self._lock:
@@ -319,14 +331,23 @@ class RemoteRunner:
     ) -> ActionChunk:
         t_start = time.perf_counter()
         deadline_s = time.monotonic() + self.timeout_s
+        noise, prefix_actions, prefix_len = self._checked_inputs(
+            obs, noise, prefix_actions, prefix_len
+        )
         self.counters["requests"] += 1
         self._request_id += 1
         request_id = self._request_id
-        message = pack(
-            observation_to_request(
-                obs, noise, prefix_actions, prefix_len, request_id, self._camera_keys
-            )
+        request = observation_to_request(
+            obs,
+            noise,
+            prefix_actions,
+            prefix_len,
+            request_id,
+            self._camera_keys,
+            cameras=self.spec.cameras,
         )
+        request[KEY_PREFIX_LEN] = prefix_len  # always sent: the server never assumes one
+        message = pack(request)
         encode_ms = (time.perf_counter() - t_start) * 1000.0
         limit = self.server_metadata.get("max_message_bytes")
         if isinstance(limit, int) and len(message) > limit:
@@ -394,6 +415,33 @@ class RemoteRunner:
             positions=actions,
             timings_ms=self._timings(decoded, encode_ms, round_trip_ms, t_start),
         )
+
+    def _checked_inputs(
+        self,
+        obs: Observation,
+        noise: np.ndarray | None,
+        prefix_actions: np.ndarray | None,
+        prefix_len: int,
+    ) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+        """Check the inputs as a local runner would; return ``(noise, prefix, d)`` for the wire.
+
+        ``noise`` becomes ``[H, A]`` float32; the prefix its ``d`` binding rows
+        padded to ``[H, A]`` float64 (``None`` when ``d`` is 0).
+
+        Raises:
+            InvalidObservationError: see :func:`~vla_edge.runners.preprocess.validate_observation`,
+                :func:`~vla_edge.runners.preprocess.check_noise` and
+                :func:`~vla_edge.runners.preprocess.check_prefix`.
+        """
+        validate_observation(obs, self.spec)
+        h, a = self.spec.chunk_horizon, self.spec.action_dim
+        wire_noise = None if noise is None else check_noise(noise, h, a)[0]
+        prefix_len, rows = check_prefix(prefix_actions, prefix_len, h, a)
+        wire_prefix = None
+        if rows is not None:
+            wire_prefix = np.zeros((h, a))
+            wire_prefix[:prefix_len] = rows
+        return wire_noise, wire_prefix, prefix_len
 
     @staticmethod
     def _timings(

@@ -8,6 +8,7 @@ the checkpoint's statistics, and returns absolute joint targets.
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 
@@ -15,11 +16,36 @@ import numpy as np
 import torch
 
 from vla_edge.config.models import DEFAULT_NOISE_SCALE
-from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
+from vla_edge.policy.action_head import ActionHead
 from vla_edge.policy.model import VlaPolicy, load_checkpoint
 from vla_edge.runners.base import RunnerSpec
-from vla_edge.runners.preprocess import decode_chunk, prefix_inputs, validate_observation
+from vla_edge.runners.factory import MAX_FLOW_STEPS
+from vla_edge.runners.preprocess import (
+    check_noise,
+    check_prefix,
+    decode_chunk,
+    prefix_inputs,
+    state_input,
+    validate_observation,
+)
+
+
+def _check_flow_steps(flow_steps: object) -> int:
+    """``flow_steps`` as an int in ``1..MAX_FLOW_STEPS``.
+
+    Raises:
+        ConfigError: not an integer, or out of range.
+    """
+    if isinstance(flow_steps, bool | np.bool_) or not isinstance(flow_steps, int | np.integer):
+        raise ConfigError(
+            f"flow_steps = {flow_steps!r} ({type(flow_steps).__name__}): expected an int "
+            f"1 <= K <= {MAX_FLOW_STEPS}"
+        )
+    if not 1 <= flow_steps <= MAX_FLOW_STEPS:
+        raise ConfigError(f"flow_steps = {flow_steps}: expected 1 <= K <= {MAX_FLOW_STEPS}")
+    return int(flow_steps)
 
 
 class TorchRunner:
@@ -29,7 +55,13 @@ class TorchRunner:
         policy: a policy or a checkpoint path.
         threads: torch intra-op threads (``None`` leaves torch's setting).
         seed: seed of the noise generator used when ``infer`` gets no noise.
-        flow_steps: override the number of Euler steps ``K`` (``None``: the config's).
+        flow_steps: override the number of Euler steps ``K`` (``None``: the
+            policy's). The override is this runner's own: a policy object shared
+            with other runners keeps its ``K``.
+
+    Raises:
+        ConfigError: ``flow_steps`` is not an int in ``1..MAX_FLOW_STEPS``.
+        CheckpointError: ``policy`` is a path to a bad checkpoint.
     """
 
     def __init__(
@@ -39,15 +71,23 @@ class TorchRunner:
         seed: int = 0,
         flow_steps: int | None = None,
     ) -> None:
+        if flow_steps is not None:
+            flow_steps = _check_flow_steps(flow_steps)
         if threads is not None:
             torch.set_num_threads(int(threads))
-        if not isinstance(policy, VlaPolicy):
+        owned = not isinstance(policy, VlaPolicy)
+        if owned:
             policy = load_checkpoint(policy, load_language=True)
         policy.ensure_language_encoder()
         policy.eval()
-        if flow_steps is not None:
-            policy.action_head.flow_steps = int(flow_steps)
+        head = policy.action_head
+        if flow_steps is not None and flow_steps != head.flow_steps:
+            if owned:  # nobody else holds this policy: its K is the runner's
+                head.flow_steps = flow_steps
+            else:
+                head = _head_with_flow_steps(head, flow_steps)
         self.policy = policy
+        self._action_head = head
         cfg = policy.config
         self.spec = RunnerSpec(
             joint_names=tuple(cfg.joint_names),
@@ -77,16 +117,16 @@ class TorchRunner:
         self._lang_cache[instruction] = emb
         return emb, elapsed_ms
 
+    @property
+    def flow_steps(self) -> int:
+        """Euler steps ``K`` this runner integrates."""
+        return int(self._action_head.flow_steps)
+
     def _noise(self, noise: np.ndarray | None) -> torch.Tensor:
         h, a = self.spec.chunk_horizon, self.spec.action_dim
         if noise is None:
             return torch.randn(1, h, a, generator=self._generator) * DEFAULT_NOISE_SCALE
-        arr = np.asarray(noise, dtype=np.float32)
-        if arr.shape not in ((h, a), (1, h, a)):
-            raise InvalidObservationError(f"noise shape = {arr.shape}, expected ({h}, {a})")
-        if not np.all(np.isfinite(arr)):
-            raise InvalidObservationError("noise holds a non-finite value")
-        return torch.from_numpy(arr.reshape(1, h, a).copy())
+        return torch.from_numpy(check_noise(noise, h, a).copy())
 
     def _prefix(
         self, prefix_actions: np.ndarray | None, prefix_len: int, state: np.ndarray
@@ -105,13 +145,15 @@ class TorchRunner:
     ) -> ActionChunk:
         """Compute the chunk for ``obs`` (see :class:`vla_edge.runners.base.Runner`)."""
         validate_observation(obs, self.spec)
+        h, a = self.spec.chunk_horizon, self.spec.action_dim
+        prefix_len, _ = check_prefix(prefix_actions, prefix_len, h, a)
         state = np.asarray(obs.state, dtype=np.float64)
+        state_t = torch.from_numpy(state_input(self.policy.codec, state))
         noise_t = self._noise(noise)
         prefix_t, mask_t = self._prefix(prefix_actions, prefix_len, state)
         lang, lang_ms = self.language_embedding(obs.instruction)
         images = np.stack([obs.images[cam] for cam in self.spec.cameras])
         images_t = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255.0)
-        state_t = torch.from_numpy(self.policy.codec.normalize_state(state)).unsqueeze(0)
         timings = {"language_encoder": lang_ms}
         with torch.inference_mode():
             t0 = time.perf_counter()
@@ -119,7 +161,7 @@ class TorchRunner:
             t1 = time.perf_counter()
             context = self.policy.fusion(visual, lang, state_t)
             t2 = time.perf_counter()
-            actions_norm = self.policy.action_head(context, noise_t, prefix_t, mask_t)
+            actions_norm = self._action_head(context, noise_t, prefix_t, mask_t)
             t3 = time.perf_counter()
         timings["vision_encoder"] = (t1 - t0) * 1e3
         timings["fusion"] = (t2 - t1) * 1e3
@@ -138,3 +180,15 @@ class TorchRunner:
     def close(self) -> None:
         """Drop the cached embeddings."""
         self._lang_cache.clear()
+
+
+def _head_with_flow_steps(head: ActionHead, flow_steps: int) -> ActionHead:
+    """A shallow copy of ``head`` that shares its weights but integrates ``flow_steps`` steps.
+
+    ``copy.copy`` gives the module its own attribute dict (so ``flow_steps`` is
+    set on the copy only) while the parameter and sub-module containers stay
+    shared with ``head``.
+    """
+    own = copy.copy(head)
+    own.flow_steps = flow_steps
+    return own

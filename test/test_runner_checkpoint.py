@@ -1,0 +1,79 @@
+"""``load_checkpoint`` refuses malformed, non-finite or altered checkpoints by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from policy_synthetic import tiny_config
+
+from vla_edge.core.errors import CheckpointError
+from vla_edge.policy.model import VlaPolicy, load_checkpoint, save_checkpoint, weights_hash
+from vla_edge.runners.factory import BUNDLED_CHECKPOINT
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("ckpt") / "policy.pt"
+    save_checkpoint(path, VlaPolicy(tiny_config()), step=7)
+    return path
+
+
+def _variant(saved: Path, tmp_path: Path, mutate: Callable[[dict], None]) -> Path:
+    payload = torch.load(saved, weights_only=True)
+    mutate(payload)
+    path = tmp_path / "variant.pt"
+    torch.save(payload, path)
+    return path
+
+
+def _nan_weight(payload: dict) -> None:
+    head = payload["stages"]["action_head"]
+    head["action_out.bias"] = torch.full_like(head["action_out.bias"], float("nan"))
+    payload["weights_sha256"] = weights_hash(payload["stages"])  # a consistent file
+
+
+def _edited_weight(payload: dict) -> None:
+    head = payload["stages"]["action_head"]
+    head["action_out.bias"] = head["action_out.bias"] + 1.0
+
+
+@pytest.mark.parametrize(
+    ("mutate", "words"),
+    [
+        (lambda p: p["stages"].__setitem__("fusion", [1, 2]), "stage fusion is list"),
+        (lambda p: p.__setitem__("stages", ["vision_encoder"]), "field stages is list"),
+        (lambda p: p.__setitem__("norm_stats", None), "field norm_stats is NoneType"),
+        (lambda p: p.__setitem__("step", None), r"field step = None \(NoneType\)"),
+        (lambda p: p.__setitem__("step", 1.5), r"field step = 1.5 \(float\)"),
+        (
+            lambda p: p["stages"]["fusion"].__setitem__("extra", [0.0]),
+            "stage fusion entry 'extra' is list",
+        ),
+        (lambda p: p.__setitem__("weights_sha256", 5), "field weights_sha256 = 5"),
+        (_nan_weight, "stage action_head weight action_out.bias holds NaN or inf"),
+        (_edited_weight, "weights sha256 = [0-9a-f]{64} differs from the stored weights_sha256"),
+    ],
+)
+def test_malformed_checkpoint_raises_checkpoint_error(saved, tmp_path, mutate, words) -> None:
+    with pytest.raises(CheckpointError, match=words):
+        load_checkpoint(_variant(saved, tmp_path, mutate))
+
+
+def test_checkpoint_without_a_stored_hash_still_loads(saved, tmp_path) -> None:
+    path = _variant(saved, tmp_path, lambda p: p.pop("weights_sha256"))
+    assert load_checkpoint(path).checkpoint_info["step"] == 7
+
+
+def test_saved_checkpoint_loads_with_its_hash_rechecked(saved) -> None:
+    policy = load_checkpoint(saved)
+    assert policy.checkpoint_info["weights_sha256"] == weights_hash(policy.stage_state_dicts())
+
+
+@pytest.mark.skipif(not BUNDLED_CHECKPOINT.is_file(), reason="no bundled checkpoint")
+def test_bundled_checkpoint_passes_the_load_checks() -> None:
+    policy = load_checkpoint(BUNDLED_CHECKPOINT)
+    assert policy.checkpoint_info["weights_sha256"] == weights_hash(policy.stage_state_dicts())
