@@ -10,7 +10,7 @@ import pytest
 from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.config.paths import config_path
-from vla_edge.core.errors import ConfigError
+from vla_edge.core.errors import ConfigError, NonFiniteChunkError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
 from vla_edge.runners.expert import ExpertRunner
@@ -67,6 +67,24 @@ def test_deliberately_failing_policy_scores_zero(env, configs):
     assert result["mean_success"] == 0.0
     assert entry["wilson_95"][0] == 0.0 and entry["wilson_95"][1] > 0.3
     assert runner.calls > 2  # it kept being asked for chunks
+
+
+class NanOutputRunner(StandStillRunner):
+    """A policy whose output is never finite: the runner refuses it by name."""
+
+    def infer(self, obs: Observation, noise=None, prefix_actions=None, prefix_len=0):
+        self.calls += 1
+        raise NonFiniteChunkError("chunk positions hold NaN")
+
+
+def test_runner_refusing_its_own_output_counts_as_a_rejected_chunk(env, configs):
+    runner = NanOutputRunner()
+    task = dataclasses.replace(get_task("lift_green_block"), budget_s=1.0)
+    result = evaluate(
+        env, lambda _env: runner, [task], 1, EvalSettings(), *configs, policy_name="nan"
+    )
+    assert result["tasks"]["lift_green_block"]["successes"] == 0
+    assert result["safety"]["chunk_rejections"] == runner.calls > 1
 
 
 def test_expert_solves_a_task_through_controller_and_safety(env, configs):

@@ -225,11 +225,18 @@ def run_episode(
                     )
                 noise = start_noise(rng, spec.chunk_horizon, spec.action_dim, settings.noise_scale)
                 t0 = time.perf_counter()
-                chunk = runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len)
+                try:
+                    chunk = runner.infer(
+                        obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len
+                    )
+                except ChunkRejectedError:  # the runner refused its own output (NaN)
+                    rejected += 1
+                    chunk = None
                 inference_ms.append((time.perf_counter() - t0) * 1e3)
-                pending = (now + settings.delay_s, chunk)
-                if settings.delay_s == 0.0:
-                    continue  # deliver it on this very tick
+                if chunk is not None:
+                    pending = (now + settings.delay_s, chunk)
+                    if settings.delay_s == 0.0:
+                        continue  # deliver it on this very tick
 
         # 3. sample the controller, filter through safety, apply
         command = controller.step(now, measured_positions=state)
