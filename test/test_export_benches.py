@@ -48,6 +48,7 @@ def test_latency_bench_times_each_backend_in_its_own_process(root, tmp_path) -> 
     argv = ["bench", "latency", "--json", str(out), "--backend", "torch,onnx"]
     argv += ["--checkpoint", str(tiny_checkpoint(root)), "--export-root", str(root)]
     argv += ["--no-grid", "--runs", "12", "--warmup", "2", "--threads", "1"]
+    argv += ["--timeout-s", "240"]  # a hung worker is a named failure, not the suite's timeout
     assert cli_main(argv) == 0
     report = json.loads(out.read_text())
     rows = {r["backend"]: r for r in report["results"]}

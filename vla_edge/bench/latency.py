@@ -285,7 +285,16 @@ def run_worker(policy: Path, threads: int, args: argparse.Namespace) -> dict[str
         str(args.warmup),
     ]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, env=env)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:  # say where the worker was
+        stderr = exc.stderr or b""  # bytes, whatever ``text`` says
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+        raise VlaEdgeError(
+            f"latency worker {policy} threads={threads} did not finish within "
+            f"{args.timeout_s} s; its stderr ends: {stderr[-2000:]}"
+        ) from exc
     if out.returncode != 0:
         raise VlaEdgeError(
             f"latency worker {policy} threads={threads} failed: {out.stderr[-2000:]}"

@@ -168,9 +168,9 @@ class InferenceNode(Node):
     # --- inputs (never block) -------------------------------------------------------------
 
     def _on_image(self, camera: str, msg: Image) -> None:
-        try:
-            stamp_s = checked_stamp_s(msg.header.stamp, self._now_s(), MAX_FUTURE_STAMP_S)
+        try:  # the content first: its error names what is wrong more precisely
             image = image_to_array(msg, self.config.image_height, self.config.image_width)
+            stamp_s = checked_stamp_s(msg.header.stamp, self._now_s(), MAX_FUTURE_STAMP_S)
         except InvalidObservationError as exc:
             self.bad_input.record(getattr(exc, "reason", "image"), f"{camera}: {exc}")
             return
@@ -178,8 +178,8 @@ class InferenceNode(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         try:
-            stamp_s = checked_stamp_s(msg.header.stamp, self._now_s(), MAX_FUTURE_STAMP_S)
             positions = joint_state_to_positions(msg, self.joint_names)
+            stamp_s = checked_stamp_s(msg.header.stamp, self._now_s(), MAX_FUTURE_STAMP_S)
         except InvalidObservationError as exc:
             self.bad_input.record(getattr(exc, "reason", "joint_state"), f"joint state: {exc}")
             return
