@@ -33,6 +33,19 @@ def test_chunks_are_padded_with_the_last_action_row(tmp_path) -> None:
     assert samples.instructions == sorted(INSTRUCTIONS)
 
 
+def test_sample_set_keeps_each_frame_in_memory_once(tmp_path) -> None:
+    write_dataset(tmp_path / "demos.hdf5", episodes_per_task=2, steps=12)
+    episodes = load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)
+    before = {cam: [ep.images[cam].copy() for ep in episodes] for cam in CAMERAS}
+    samples = ChunkSamples(episodes, list(CAMERAS), horizon=10)
+    for cam in CAMERAS:
+        for i, ep in enumerate(episodes):
+            assert np.shares_memory(ep.images[cam], samples.images[cam])  # a view, no copy
+            np.testing.assert_array_equal(ep.images[cam], before[cam][i])
+            rows = samples.images[cam][12 * i : 12 * (i + 1)]
+            np.testing.assert_array_equal(rows, before[cam][i])
+
+
 def test_split_holds_out_episodes_of_every_task(tmp_path) -> None:
     write_dataset(tmp_path / "demos.hdf5", episodes_per_task=4, steps=5)
     episodes = load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)

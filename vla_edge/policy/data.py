@@ -198,6 +198,20 @@ def split_episodes(
     return train, val
 
 
+def _concatenate_frames(episodes: list[Episode], cam: str) -> np.ndarray:
+    """All frames of camera ``cam``, concatenated; each episode then holds a view into them.
+
+    The episodes' own arrays are released, so the frames are in memory once, not twice
+    (at 128x128 a data set's frames are most of the machine's memory).
+    """
+    frames = np.concatenate([ep.images[cam] for ep in episodes])
+    offset = 0
+    for ep in episodes:
+        ep.images[cam] = frames[offset : offset + ep.length]
+        offset += ep.length
+    return frames
+
+
 class ChunkSamples:
     """All samples of a set of episodes, concatenated for fast batched indexing.
 
@@ -219,7 +233,7 @@ class ChunkSamples:
         self.horizon = int(horizon)
         self.instructions = sorted({ep.instruction for ep in episodes})
         lookup = {s: i for i, s in enumerate(self.instructions)}
-        self.images = {cam: np.concatenate([ep.images[cam] for ep in episodes]) for cam in cameras}
+        self.images = {cam: _concatenate_frames(episodes, cam) for cam in cameras}
         self.states = np.concatenate([ep.state for ep in episodes]).astype(np.float32)
         self._actions = np.concatenate([ep.actions for ep in episodes]).astype(np.float32)
         index_rows, ids = [], []
