@@ -17,11 +17,14 @@ from vla_edge.core.errors import (
 )
 from vla_edge.core.types import ActionChunk
 from vla_edge.nodes.conversions import (
+    MAX_INSTRUCTION_CHARS,
+    DuplicateJointError,
     EmptyInstructionError,
     FutureStampError,
     ImageEncodingError,
     ImageLayoutError,
     ImageSizeError,
+    InstructionTooLongError,
     MissingJointError,
     NonFiniteJointStateError,
     ZeroStampError,
@@ -135,6 +138,23 @@ def test_empty_instruction_is_a_named_error():
     assert instruction_from_text("  pick it up ") == "pick it up"
     with pytest.raises(EmptyInstructionError, match="non-whitespace"):
         instruction_from_text("   ")
+
+
+def test_overlong_instruction_is_a_named_error():
+    assert instruction_from_text("x" * MAX_INSTRUCTION_CHARS) == "x" * MAX_INSTRUCTION_CHARS
+    with pytest.raises(InstructionTooLongError, match=f"at most {MAX_INSTRUCTION_CHARS}"):
+        instruction_from_text("pick " * 10_000)
+
+
+def test_joint_named_twice_is_a_named_error():
+    msg = positions_to_joint_state(JOINTS, np.zeros(7), 0.0)
+    msg.name = [*JOINTS, "joint2"]
+    msg.position = [0.0] * 7 + [1.0]
+    with pytest.raises(DuplicateJointError, match="joint2"):
+        joint_state_to_positions(msg, JOINTS)
+    msg.name = [*JOINTS, "extra", "extra"]  # a joint nobody reads may repeat
+    msg.position = [0.0] * 9
+    np.testing.assert_array_equal(joint_state_to_positions(msg, JOINTS), np.zeros(7))
 
 
 def test_chunk_travels_stamped_with_observation_time_one_point_per_step():

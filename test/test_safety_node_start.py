@@ -63,3 +63,13 @@ def test_first_joint_state_outside_the_limits_is_counted_and_the_next_one_starts
     SafetyNode._on_joint_state(stub, _joint_state(inside))
     assert stub.supervisor is not None
     np.testing.assert_allclose(stub.supervisor.limiter.positions, inside)
+
+
+def test_joint_state_naming_a_joint_twice_is_counted_and_ignored() -> None:
+    stub = _stub()
+    msg = _joint_state([0.0] * 6 + [0.02])
+    msg.name = [*CONFIG.joint_names, "joint1"]
+    msg.position = [0.0] * 6 + [0.02, 0.5]
+    SafetyNode._on_joint_state(stub, msg)
+    assert stub.supervisor is None
+    assert stub.bad_input == {"duplicate_joints": 1}

@@ -79,6 +79,23 @@ class EmptyInstructionError(InvalidObservationError):
     reason = "empty_instruction"
 
 
+class InstructionTooLongError(InvalidObservationError):
+    """The instruction is longer than :data:`MAX_INSTRUCTION_CHARS`."""
+
+    reason = "instruction_too_long"
+
+
+class DuplicateJointError(InvalidObservationError):
+    """A joint the receiver needs is named more than once in a ``JointState``."""
+
+    reason = "duplicate_joints"
+
+
+# An instruction is a sentence; the encoder reads its first 32 tokens. Far longer
+# text is a wrong topic or a mistake, refused before it is logged or encoded.
+MAX_INSTRUCTION_CHARS = 1000
+
+
 # --------------------------------------------------------------------------- time
 
 
@@ -197,6 +214,9 @@ def joint_state_to_positions(msg: JointState, joint_names: Sequence[str]) -> np.
     missing = [name for name in joint_names if name not in index]
     if missing:
         raise MissingJointError(f"joints {missing} missing from JointState (has {names})")
+    twice = [name for name in joint_names if names.count(name) > 1]
+    if twice:
+        raise DuplicateJointError(f"joints {twice} named more than once in JointState ({names})")
     out = np.array([positions[index[name]] for name in joint_names], dtype=np.float64)
     if not np.all(np.isfinite(out)):
         bad = joint_names[int(np.argmax(~np.isfinite(out)))]
@@ -224,10 +244,20 @@ def positions_to_joint_state(
 
 
 def instruction_from_text(text: str) -> str:
-    """The instruction, stripped; raises :class:`EmptyInstructionError` when empty."""
+    """The instruction, stripped.
+
+    Raises:
+        EmptyInstructionError: nothing but whitespace.
+        InstructionTooLongError: more than :data:`MAX_INSTRUCTION_CHARS` characters.
+    """
     stripped = text.strip()
     if not stripped:
         raise EmptyInstructionError(f"instruction = {text!r}: must contain non-whitespace text")
+    if len(stripped) > MAX_INSTRUCTION_CHARS:
+        raise InstructionTooLongError(
+            f"instruction of {len(stripped)} characters ({stripped[:40]!r}…): "
+            f"at most {MAX_INSTRUCTION_CHARS}"
+        )
     return stripped
 
 

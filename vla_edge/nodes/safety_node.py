@@ -123,6 +123,10 @@ class SafetyNode(Node):
         if missing:
             self._bad("missing_joints", f"joints {missing} missing from JointState (has {names})")
             return
+        twice = [j for j in self.joint_names if names.count(j) > 1]
+        if twice:
+            self._bad("duplicate_joints", f"joints {twice} named more than once ({names})")
+            return
         positions = np.array([msg.position[index[j]] for j in self.joint_names], dtype=np.float64)
         if not np.all(np.isfinite(positions)):
             self._bad("non_finite_joint_state", f"positions = {positions.tolist()}")
