@@ -7,6 +7,7 @@ from vla_edge.core.errors import ConfigError, InvalidObservationError, NonFinite
 from vla_edge.core.types import Observation
 from vla_edge.policy.model import VlaPolicy, save_checkpoint
 from vla_edge.policy.normalize import NormStats
+from vla_edge.runners import base
 from vla_edge.runners.base import Runner
 from vla_edge.runners.torch_runner import TorchRunner
 
@@ -60,6 +61,14 @@ def test_language_embedding_is_computed_once_per_instruction(runner) -> None:
     second = runner.infer(obs)
     assert first.timings_ms["language_encoder"] > 0.0
     assert second.timings_ms["language_encoder"] == 0.0
+
+
+def test_language_cache_keeps_at_most_its_bound_dropping_the_oldest(runner, monkeypatch) -> None:
+    monkeypatch.setattr(base, "MAX_CACHED_INSTRUCTIONS", 2)
+    runner.close()
+    for text in ("pick it up", "put it down", "lift it"):
+        runner.language_embedding(text)
+    assert list(runner._lang_cache) == ["put it down", "lift it"]
 
 
 def test_same_explicit_noise_gives_identical_chunks(runner) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -83,3 +83,17 @@ class Runner(Protocol):
     def close(self) -> None:
         """Release resources."""
         ...
+
+
+# Distinct instructions whose embeddings a runner keeps; beyond it the oldest is
+# dropped (clients of a server could otherwise grow its memory without bound).
+MAX_CACHED_INSTRUCTIONS = 256
+
+_V = TypeVar("_V")
+
+
+def cache_put(cache: dict[str, _V], key: str, value: _V) -> None:
+    """``cache[key] = value``, dropping the oldest entry when the cache is full."""
+    if key not in cache and len(cache) >= MAX_CACHED_INSTRUCTIONS:
+        del cache[next(iter(cache))]
+    cache[key] = value

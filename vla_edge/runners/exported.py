@@ -29,7 +29,7 @@ from vla_edge.export.manifest import (
     load_manifest,
 )
 from vla_edge.policy.normalize import ActionCodec
-from vla_edge.runners.base import RunnerSpec
+from vla_edge.runners.base import RunnerSpec, cache_put
 from vla_edge.runners.preprocess import (
     check_prefix,
     decode_chunk,
@@ -144,7 +144,7 @@ class ExportedRunner:
         t0 = time.perf_counter()
         emb = self._programs["language_encoder"].run([input_ids, mask])
         elapsed_ms = (time.perf_counter() - t0) * 1e3
-        self._lang_cache[instruction] = emb
+        cache_put(self._lang_cache, instruction, emb)
         return emb, elapsed_ms
 
     def infer(

@@ -20,7 +20,7 @@ from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.policy.action_head import ActionHead
 from vla_edge.policy.model import VlaPolicy, load_checkpoint
-from vla_edge.runners.base import RunnerSpec
+from vla_edge.runners.base import RunnerSpec, cache_put
 from vla_edge.runners.factory import MAX_FLOW_STEPS
 from vla_edge.runners.preprocess import (
     check_noise,
@@ -114,7 +114,7 @@ class TorchRunner:
         with torch.inference_mode():
             emb = self.policy.language_encoder(torch.from_numpy(input_ids), torch.from_numpy(mask))
         elapsed_ms = (time.perf_counter() - t0) * 1e3
-        self._lang_cache[instruction] = emb
+        cache_put(self._lang_cache, instruction, emb)
         return emb, elapsed_ms
 
     @property
