@@ -351,6 +351,9 @@ class InferenceNode(Node):
         self._stop.set()
         self.slot.close()
         self._worker.join(timeout=5.0)
+        if self._worker.is_alive():  # still inside infer: closing the runner under it could crash
+            self.get_logger().warning("inference worker still busy after 5 s; runner left open")
+            return
         self.runner.close()
 
 
