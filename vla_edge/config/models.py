@@ -224,6 +224,21 @@ class SimConfig(_Strict):
         return init_state_id
 
 
+class FaultInjectorParams(BaseModel):
+    """The fault injector node's parameters (``config/faults/fault_injector_node.yaml``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # scenario YAML path, or the name of one under config/faults/
+    scenario: str = ""
+    # safety parameter file giving the joint limits (default: config/safety.yaml)
+    safety_params_file: str = ""
+    dt_action_s: float = Field(0.1, gt=0.0, le=1.0)
+    poll_rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
+    diagnostics_rate_hz: float = Field(10.0, gt=0.0, le=1000.0)
+    arm_on_first_chunk: bool = True
+
+
 class FaultsConfig(_Strict):
     """The fault-injection suite."""
 

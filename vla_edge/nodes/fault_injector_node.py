@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from pydantic import BaseModel, ConfigDict, Field
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -42,7 +41,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from vla_edge.config.loader import load_node_params, validate_params
-from vla_edge.config.models import SafetyConfig
+from vla_edge.config.models import FaultInjectorParams, SafetyConfig
 from vla_edge.config.paths import config_path
 from vla_edge.core.errors import InvalidObservationError, VlaEdgeError
 from vla_edge.core.types import Observation
@@ -69,21 +68,6 @@ from vla_edge.nodes.metrics import BadInputCounter
 DIAGNOSTIC_NAME = "vla_edge/fault_injector"
 RAW_SUFFIX = "_raw"
 NOT_ARMED_T_S = -1.0e9
-
-
-class FaultInjectorParams(BaseModel):
-    """The fault injector node's parameters (``config/faults/fault_injector_node.yaml``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # scenario YAML path, or the name of one under config/faults/
-    scenario: str = ""
-    # safety parameter file giving the joint limits (default: config/safety.yaml)
-    safety_params_file: str = ""
-    dt_action_s: float = Field(0.1, gt=0.0, le=1.0)
-    poll_rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
-    diagnostics_rate_hz: float = Field(10.0, gt=0.0, le=1000.0)
-    arm_on_first_chunk: bool = True
 
 
 def params_from_values(values: dict[str, Any]) -> FaultInjectorParams:
