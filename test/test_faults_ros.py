@@ -57,6 +57,32 @@ def test_the_injector_node_is_started_with_its_parameter_file():
 
 
 @pytest.mark.ros
+def test_graph_stop_kills_a_node_that_ignores_sigint_and_sigterm_and_reports_it(tmp_path):
+    from vla_edge.faults.ros_suite import FaultGraphProcesses
+
+    spec = fault_graph(SCENARIOS["camera_drop"], "lift_green_block")[0]
+    procs = FaultGraphProcesses([spec], tmp_path)
+    log_path = tmp_path / f"{spec.name}.log"
+    stubborn = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('still here', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with log_path.open("w") as log:
+        procs.processes[spec.name] = subprocess.Popen(
+            [sys.executable, "-c", stubborn], stdout=log, start_new_session=True
+        )
+    deadline = time.monotonic() + 30.0
+    while "still here" not in log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    codes = procs.stop(timeout_s=0.5)
+    assert codes == {spec.name: -9}
+    assert procs.stop_escalations == {spec.name: "SIGKILL"}
+    assert "still here" in procs.log_tail(spec.name)
+
+
 def test_injector_node_relays_frames_and_drops_them_in_the_fault_window(tmp_path, monkeypatch):
     """camera_drop: frames pass through before the window, none inside it, again after."""
     env = _env(31)

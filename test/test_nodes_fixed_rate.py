@@ -39,3 +39,15 @@ def test_priority_zero_keeps_the_default_scheduler():
 
 def test_process_priority_zero_keeps_the_default_scheduler():
     assert try_realtime_process(0).startswith("default scheduler")
+
+
+def test_stop_reports_whether_the_thread_ended():
+    import threading
+
+    release = threading.Event()
+    loop = FixedRateLoop(200.0, lambda: release.wait(5.0), lambda exc: None)
+    loop.start()
+    time.sleep(0.05)  # the first tick is now blocked inside ``tick``
+    assert loop.stop(timeout_s=0.1) is False
+    release.set()
+    assert loop.stop(timeout_s=5.0) is True

@@ -36,6 +36,7 @@ from vla_edge.faults.scenario import CHUNK_FAULTS, FaultScenario, camera_names
 from vla_edge.faults.suite import summarize
 from vla_edge.nodes import graph as g
 from vla_edge.nodes.graph import NodeSpec
+from vla_edge.nodes.process_group import stop_all
 
 FAULT_INJECTOR_NODE = NodeSpec(
     "fault_injector_node",
@@ -100,6 +101,7 @@ class FaultGraphProcesses:
     env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     killed: dict[str, int] = field(default_factory=dict)
+    stop_escalations: dict[str, str] = field(default_factory=dict)
 
     def _spawn(self, spec: NodeSpec, mode: str = "w") -> None:
         import sys
@@ -152,21 +154,12 @@ class FaultGraphProcesses:
         return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
 
     def stop(self, timeout_s: float = 5.0) -> dict[str, int]:
-        """Stop every node; return codes."""
-        for process in reversed(list(self.processes.values())):
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        codes = {}
-        for name, process in self.processes.items():
-            for sig in (None, signal.SIGTERM, signal.SIGKILL):
-                if sig is not None and process.poll() is None:
-                    process.send_signal(sig)
-                try:
-                    process.wait(timeout=timeout_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            codes[name] = process.returncode
+        """Stop every node (SIGINT, then SIGTERM, then SIGKILL); return codes.
+
+        A node that needed SIGTERM or SIGKILL is named in ``stop_escalations``.
+        """
+        codes, escalations = stop_all(self.processes, timeout_s)
+        self.stop_escalations.update(escalations)
         return codes
 
     def log_tail(self, name: str, lines: int = 15) -> str:
@@ -450,6 +443,12 @@ def run_ros_scenario(
     )
     if "died" in record:
         trace.info["died"] = record["died"]
+    if procs.stop_escalations:
+        # A node that ignored SIGINT: which signal ended it, and how its log ends.
+        trace.info["stop_escalations"] = {
+            name: {"signal": sig, "log_tail": procs.log_tail(name)}
+            for name, sig in procs.stop_escalations.items()
+        }
     if "affinity" in record:
         trace.info["inference_affinity"] = record["affinity"]
         trace.info["cgroup"] = CpuAffinityCap.cgroup_cap_reason()

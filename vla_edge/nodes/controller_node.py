@@ -52,6 +52,8 @@ from vla_edge.nodes.params import config_from_parameters
 
 DIAGNOSTICS_PERIOD_S = 1.0
 DIAGNOSTIC_NAME = "vla_edge/controller"
+# How long shutdown waits for the control loop to finish its tick.
+LOOP_STOP_TIMEOUT_S = 2.0
 
 
 class ControllerNode(Node):
@@ -225,6 +227,14 @@ class ControllerNode(Node):
             diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, self.status(now_s))], now_s)
         )
 
+    def close(self) -> None:
+        """Stop the control loop; say so if its thread is still inside a tick."""
+        if not self.loop.stop(timeout_s=LOOP_STOP_TIMEOUT_S):
+            self.get_logger().warning(
+                f"control loop thread still running {LOOP_STOP_TIMEOUT_S} s after stop "
+                f"(ticks {self.loop.ticks}); destroying the node anyway"
+            )
+
 
 def plan_request(controller: Controller, now_s: float, joint_names: list[str]) -> JointTrajectory:
     """The inference request: :meth:`Controller.prefix_plan`, or an empty trajectory.
@@ -245,7 +255,7 @@ def main(args: list[str] | None = None) -> int:
     return run_node(
         "controller_node",
         ControllerNode,
-        cleanup=lambda node: node.loop.stop(),
+        cleanup=ControllerNode.close,
         args=args,
         fast_gil_switch=True,
     )

@@ -102,11 +102,12 @@ class FixedRateLoop:
         """Start the thread."""
         self._thread.start()
 
-    def stop(self, timeout_s: float = 2.0) -> None:
-        """Stop the thread and wait for it."""
+    def stop(self, timeout_s: float = 2.0) -> bool:
+        """Stop the thread and wait up to ``timeout_s`` for it; whether it ended."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=timeout_s)
+        return not self._thread.is_alive()
 
     def _run(self) -> None:
         self.scheduler = try_realtime_priority(self._priority)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from typing import Any
 from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import ControllerConfig, SimConfig
 from vla_edge.nodes.graph import PROFILES, NodeSpec, graph, policy_parameters
+from vla_edge.nodes.process_group import stop_all
 
 STOP_TIMEOUT_S = 5.0
 DEFAULT_ENV = {
@@ -122,27 +122,10 @@ class GraphProcesses:
             of a signal is named in ``stop_escalations`` with the last signal
             it was sent.
         """
-        for name in reversed(list(self.nodes)):
-            process = self.nodes[name].process
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGCONT)  # a paused node cannot stop
-                except ProcessLookupError:
-                    pass
-                process.send_signal(signal.SIGINT)
-        codes: dict[str, int] = {}
-        for name, node in self.nodes.items():
-            process = node.process
-            for sig in (None, signal.SIGTERM, signal.SIGKILL):
-                if sig is not None and process.poll() is None:
-                    process.send_signal(sig)
-                    self.stop_escalations[name] = sig.name
-                try:
-                    process.wait(timeout=timeout_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            codes[name] = process.returncode
+        codes, escalations = stop_all(
+            {name: node.process for name, node in self.nodes.items()}, timeout_s
+        )
+        self.stop_escalations.update(escalations)
         return codes
 
     def rss_mb(self) -> dict[str, float]:
