@@ -42,6 +42,7 @@ from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, l
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
 from vla_edge.policy.model import VlaPolicy, read_checkpoint, save_checkpoint
 from vla_edge.policy.normalize import ActionCodec, compute_stats
+from vla_edge.policy.vision import widen_first_conv
 
 VAL_SEED_OFFSET = 7919
 
@@ -284,14 +285,54 @@ def validation_loss(
     return float(np.mean(losses))
 
 
+def _stored_config(stored: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A checkpoint's model config with the defaults of fields added since it was written."""
+    try:
+        return PolicyConfig.model_validate(stored).model_dump(mode="json")
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: model_config does not validate: {exc}") from exc
+
+
 def _check_resume_config(stored: dict[str, Any], current: PolicyConfig, path: Path) -> None:
     now = current.model_dump(mode="json")
+    stored = _stored_config(stored, path)
     for key in sorted(set(now) | set(stored)):
         if stored.get(key) != now.get(key):
             raise CheckpointError(
                 f"--resume {path}: model_config.{key} = {stored.get(key)!r} in the checkpoint, "
                 f"{now.get(key)!r} in the config; resume needs the same model"
             )
+
+
+WIDENING_KEYS = ("image_height", "image_width", "vision_downsample", "vision_first_stride")
+"""The model-config fields ``--init-from`` may scale by one common factor (see below)."""
+
+
+def init_widening(stored: dict[str, Any], current: PolicyConfig, path: Path) -> int:
+    """The factor by which ``--init-from`` widens the source's input (1: same model).
+
+    A stride-2 model may start a stride-4 one at twice the image size (and
+    twice the total downsampling): every layer after the first conv keeps its
+    shape, and :func:`vla_edge.policy.vision.widen_first_conv` maps the first.
+    Any other difference is a :class:`CheckpointError`.
+    """
+    source = _stored_config(stored, path)
+    now = current.model_dump(mode="json")
+    different = sorted(k for k in set(now) | set(source) if source.get(k) != now.get(k))
+    if not different:
+        return 1
+    factor = now["vision_first_stride"] // source["vision_first_stride"]
+    if (
+        set(different) <= set(WIDENING_KEYS)
+        and factor > 1
+        and all(now[key] == factor * source[key] for key in WIDENING_KEYS)
+    ):
+        return factor
+    raise CheckpointError(
+        f"--init-from {path}: model_config differs in {different}; the same model is "
+        f"needed, or one whose {', '.join(WIDENING_KEYS)} are all the source's times "
+        f"the same factor (a stride-4 first conv on a stride-2 model's input x2)"
+    )
 
 
 def train(
@@ -304,8 +345,10 @@ def train(
 ) -> dict[str, Any]:
     """Train (or resume) and write the checkpoint to ``out``; return a summary.
 
-    ``init_from``: start from that checkpoint's weights (same model config)
-    with a fresh optimizer and schedule, e.g. to fine-tune with other losses.
+    ``init_from``: start from that checkpoint's weights (same model config, or
+    the same at twice the image size with a stride-4 first conv: see
+    :func:`init_widening`) with a fresh optimizer and schedule, e.g. to
+    fine-tune with other losses or at a higher resolution.
     """
     from tqdm import tqdm
 
@@ -349,8 +392,10 @@ def train(
     wall_before_s = 0.0
     if init_from is not None and not (resume and out.is_file()):
         source = read_checkpoint(init_from)
-        _check_resume_config(source["model_config"], cfg, Path(init_from))
+        factor = init_widening(source["model_config"], cfg, Path(init_from))
         for name, state in source["stages"].items():
+            if name == "vision_encoder":
+                state = widen_first_conv(state, factor)
             getattr(policy, name).load_state_dict(state)
         # the training-only probes too: fresh ones would send their large early
         # gradients into the trained features
