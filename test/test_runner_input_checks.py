@@ -174,3 +174,23 @@ def test_non_finite_model_output_is_refused_even_where_the_clip_would_hide_it() 
     out[0, 4, 2] = np.nan
     with pytest.raises(NonFiniteChunkError, match="non-finite"):
         decode_chunk(codec, out, np.zeros(A), None, 0)
+
+
+@pytest.mark.parametrize(
+    ("stamp", "words"),
+    [
+        (float("nan"), r"stamp_s = nan: must be finite"),
+        (float("inf"), r"stamp_s = inf: must be finite"),
+        (None, r"stamp_s = None \(NoneType\): must be a number"),
+        ("1.0", r"stamp_s = '1.0' \(str\): must be a number"),
+        (True, r"stamp_s = True \(bool\): must be a number"),
+    ],
+)
+def test_a_stamp_that_is_not_a_finite_number_is_refused_by_name(stamp, words) -> None:
+    with pytest.raises(InvalidObservationError, match=words):
+        validate_observation(_obs(stamp_s=stamp), SPEC)
+
+
+def test_integer_and_numpy_stamps_are_accepted() -> None:
+    for stamp in (3, np.float32(2.5), np.int64(7), 0.0):
+        validate_observation(_obs(stamp_s=stamp), SPEC)

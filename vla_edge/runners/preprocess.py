@@ -253,6 +253,23 @@ def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
             f"state = {state.tolist()} overflows float32: |state| must stay below {FLOAT32_MAX:.3g}"
         )
     validate_instruction(obs.instruction)
+    validate_stamp(obs.stamp_s)
+
+
+def validate_stamp(stamp_s: Any) -> None:
+    """Raise :class:`InvalidObservationError` unless ``stamp_s`` is a finite real number.
+
+    The stamp becomes the chunk's ``t_obs_s``, from which the controller times
+    every step: a NaN would otherwise travel to it inside a valid-looking chunk.
+    """
+    if isinstance(stamp_s, bool | np.bool_) or not isinstance(
+        stamp_s, int | float | np.integer | np.floating
+    ):
+        raise InvalidObservationError(
+            f"stamp_s = {stamp_s!r} ({type(stamp_s).__name__}): must be a number (seconds)"
+        )
+    if not np.isfinite(stamp_s):
+        raise InvalidObservationError(f"stamp_s = {stamp_s}: must be finite")
 
 
 def validate_instruction(instruction: Any) -> None:
