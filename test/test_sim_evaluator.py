@@ -87,6 +87,28 @@ def test_runner_refusing_its_own_output_counts_as_a_rejected_chunk(env, configs)
     assert result["safety"]["chunk_rejections"] == runner.calls > 1
 
 
+class OutOfLimitsRunner(StandStillRunner):
+    """Finite chunks the controller refuses on arrival: the gripper below its range."""
+
+    def infer(self, obs: Observation, noise=None, prefix_actions=None, prefix_len=0):
+        chunk = super().infer(obs, noise, prefix_actions, prefix_len)
+        positions = chunk.positions.copy()
+        positions[:, -1] = -0.01
+        return dataclasses.replace(chunk, positions=positions)
+
+
+def test_refused_chunks_at_delay_zero_are_asked_for_again_only_on_the_next_tick(env, configs):
+    runner = OutOfLimitsRunner()
+    task = dataclasses.replace(get_task("lift_green_block"), budget_s=0.5)
+    result = evaluate(
+        env, lambda _env: runner, [task], 1, EvalSettings(), *configs, policy_name="refused"
+    )
+    ticks = round(0.5 * configs[0].rate_hz)
+    # every chunk refused, one request per 10 ms tick, and the episode ends on time
+    assert result["safety"]["chunk_rejections"] == runner.calls == ticks
+    assert result["tasks"]["lift_green_block"]["successes"] == 0
+
+
 def test_expert_solves_a_task_through_controller_and_safety(env, configs):
     result = evaluate(
         env,

@@ -174,6 +174,7 @@ def run_episode(
     tick = 0
     last_arrival_tick: int | None = None
 
+    inferred_at_tick: int | None = None
     while env.time_s < budget_s:
         now = env.time_s
         state = env.observe(render=False).state
@@ -207,7 +208,12 @@ def run_episode(
                 want = want and sync_steps_left >= 0
             else:
                 want = chunks == 0 and rejected == 0 or controller.needs_inference(now)
-            if want:
+            # One inference per tick: at delay 0 a chunk is delivered on the tick it
+            # was asked for, and one the controller refuses must not be asked for
+            # again at the same instant (a policy whose chunks are all refused
+            # would never let virtual time advance).
+            if want and inferred_at_tick != tick:
+                inferred_at_tick = tick
                 obs = env.observe(render=True)
                 obs = Observation(
                     stamp_s=obs.stamp_s, images=obs.images, state=obs.state, instruction=instruction
