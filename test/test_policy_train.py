@@ -274,7 +274,9 @@ def test_widen_writes_a_double_size_copy_that_computes_the_same(tmp_path, traine
     )
     # a stride-4 model cannot be widened again; a missing file is named
     assert widen.run(argparse.Namespace(policy=str(out), out=str(tmp_path / "w2.pt"))) == 1
-    assert "only a stride-2 first conv" in capsys.readouterr().out
+    assert "ConfigError: vision_first_stride=4: only a stride-2 first conv" in (
+        capsys.readouterr().out
+    )
     assert widen.run(argparse.Namespace(policy=str(tmp_path / "nope.pt"), out=str(out))) == 1
     assert "CheckpointError" in capsys.readouterr().out
 

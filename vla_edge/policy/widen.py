@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vla_edge.core.errors import VlaEdgeError
+from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.policy.model import TRAINED_STAGES, VlaPolicy, load_checkpoint, save_checkpoint
 from vla_edge.policy.vision import widen_first_conv
 
@@ -22,10 +22,14 @@ FACTOR = 2
 
 
 def widen_policy(policy: VlaPolicy, factor: int = FACTOR) -> VlaPolicy:
-    """The ``factor``x-input copy of ``policy`` (which must have a stride-2 first conv)."""
+    """The ``factor``x-input copy of ``policy`` (which must have a stride-2 first conv).
+
+    Raises:
+        ConfigError: the first conv is already stride 4, or ``factor`` is not 1 or 2.
+    """
     config = policy.config
     if config.vision_first_stride * factor not in (2, 4):
-        raise VlaEdgeError(
+        raise ConfigError(
             f"vision_first_stride={config.vision_first_stride}: only a stride-2 first conv "
             f"can be widened (x2, to stride 4)"
         )
