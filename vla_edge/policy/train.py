@@ -42,7 +42,7 @@ from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, l
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
 from vla_edge.policy.model import VlaPolicy, read_checkpoint, save_checkpoint
 from vla_edge.policy.normalize import ActionCodec, compute_stats
-from vla_edge.policy.vision import widen_first_conv
+from vla_edge.policy.vision import WIDENING_KEYS, widen_first_conv
 
 VAL_SEED_OFFSET = 7919
 
@@ -302,10 +302,6 @@ def _check_resume_config(stored: dict[str, Any], current: PolicyConfig, path: Pa
                 f"--resume {path}: model_config.{key} = {stored.get(key)!r} in the checkpoint, "
                 f"{now.get(key)!r} in the config; resume needs the same model"
             )
-
-
-WIDENING_KEYS = ("image_height", "image_width", "vision_downsample", "vision_first_stride")
-"""The model-config fields ``--init-from`` may scale by one common factor (see below)."""
 
 
 def init_widening(stored: dict[str, Any], current: PolicyConfig, path: Path) -> int:

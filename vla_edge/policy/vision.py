@@ -56,6 +56,8 @@ KEYPOINT_STRIDE = 8
 """Stride of the feature map the keypoints are read from (or the trunk's, if smaller),
 at ``vision_first_stride = 2``; a stride-4 first conv doubles it with the input size."""
 FIRST_CONV_WEIGHT = "trunk.0.weight"
+WIDENING_KEYS = ("image_height", "image_width", "vision_downsample", "vision_first_stride")
+"""The model-config fields a widened copy has ``factor`` times the source's values of."""
 
 
 def widen_first_conv(state: dict[str, torch.Tensor], factor: int) -> dict[str, torch.Tensor]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.policy.model import TRAINED_STAGES, VlaPolicy, load_checkpoint, save_checkpoint
-from vla_edge.policy.vision import widen_first_conv
+from vla_edge.policy.vision import WIDENING_KEYS, widen_first_conv
 
 FACTOR = 2
 
@@ -34,12 +34,7 @@ def widen_policy(policy: VlaPolicy, factor: int = FACTOR) -> VlaPolicy:
             f"can be widened (x2, to stride 4)"
         )
     wide_config = config.model_copy(
-        update={
-            "image_height": config.image_height * factor,
-            "image_width": config.image_width * factor,
-            "vision_downsample": config.vision_downsample * factor,
-            "vision_first_stride": config.vision_first_stride * factor,
-        }
+        update={key: getattr(config, key) * factor for key in WIDENING_KEYS}
     )
     wide = VlaPolicy(type(config).model_validate(wide_config.model_dump()), policy.stats)
     states = policy.stage_state_dicts()

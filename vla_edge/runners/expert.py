@@ -13,6 +13,7 @@ import numpy as np
 from vla_edge.core.errors import InvalidObservationError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
+from vla_edge.runners.preprocess import validate_stamp
 from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
 from vla_edge.sim.expert import ScriptedExpert
 
@@ -50,7 +51,7 @@ class ExpertRunner:
 
         Raises:
             InvalidObservationError: ``obs.state`` is not a finite ``[7]`` vector or
-                ``obs.stamp_s`` is not finite.
+                ``obs.stamp_s`` is not a finite number.
         """
         state = np.asarray(obs.state, dtype=np.float64)
         if state.shape != (len(JOINT_NAMES),) or not np.all(np.isfinite(state)):
@@ -58,8 +59,7 @@ class ExpertRunner:
                 f"obs.state = {state.tolist()} must be {len(JOINT_NAMES)} finite values "
                 f"for {list(JOINT_NAMES)}"
             )
-        if not np.isfinite(obs.stamp_s):
-            raise InvalidObservationError(f"obs.stamp_s = {obs.stamp_s}: must be finite")
+        validate_stamp(obs.stamp_s)
         start = time.perf_counter()
         positions = self.expert.targets(float(obs.stamp_s))
         elapsed_ms = (time.perf_counter() - start) * 1e3
