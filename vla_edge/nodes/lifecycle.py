@@ -6,9 +6,13 @@ stay independent of the control, runner and sim code.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
-from typing import TypeVar
+from types import FrameType
+from typing import Any, TypeVar
 
 import rclpy
 from rclpy.executors import ExternalShutdownException
@@ -17,6 +21,62 @@ from rclpy.node import Node
 from vla_edge.core.errors import VlaEdgeError
 
 NodeT = TypeVar("NodeT", bound=Node)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# how long an executor error waits for a stop signal's shutdown to show
+SHUTDOWN_SETTLE_S = 1.0
+
+
+class StopSignals:
+    """Records that SIGINT or SIGTERM arrived, then hands the signal on.
+
+    Installed before ``rclpy.init``: rclpy's own handler (which wakes the
+    executor and shuts the context down) calls the Python handler it found, so
+    this one runs as well and then behaves as the handler it replaced
+    (``KeyboardInterrupt`` for SIGINT). Only the main thread may install it;
+    elsewhere nothing is installed and only ``rclpy.ok()`` tells.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Put the recorder in front of the current SIGINT/SIGTERM handlers (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def restore(self) -> None:
+        """Put back the handlers ``install`` replaced."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.received = signum
+        previous = self._previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+
+    def stopping(self, settle_s: float = SHUTDOWN_SETTLE_S) -> bool:
+        """True when a stop signal arrived or the context is shut down, waiting up to ``settle_s``.
+
+        The wait lets a signal that is still being delivered (rclpy's handler
+        shuts the context down on its own thread) show before an executor
+        error is called a real one.
+        """
+        deadline = time.monotonic() + settle_s
+        while True:
+            try:
+                if self.received is not None or not rclpy.ok():
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.01)
+            except KeyboardInterrupt:
+                return True
 
 
 def run_node(
@@ -34,6 +94,8 @@ def run_node(
         fast_gil_switch: hand the GIL back every 0.5 ms, for nodes whose fixed-rate
             loop thread must not wait on the executor thread.
     """
+    stop_signals = StopSignals()
+    stop_signals.install()
     rclpy.init(args=args)
     if fast_gil_switch:
         sys.setswitchinterval(0.0005)
@@ -44,20 +106,24 @@ def run_node(
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except RuntimeError:
-        # A message taken while the context shuts down (SIGINT from the
-        # launcher) fails inside rclpy's executor; after shutdown that is the
-        # normal end, before it a real error.
-        if rclpy.ok():
+        # A message taken while a stop signal shuts the context down fails
+        # inside rclpy's executor ("Unable to convert call argument"), at times
+        # before rclpy.ok() turns false; after a stop signal that is the
+        # normal end, without one a real error.
+        if not stop_signals.stopping():
             raise
     except VlaEdgeError as exc:
         print(f"[FATAL] {name}: {type(exc).__name__}: {exc}", flush=True)
         return 1
     finally:
-        if node is not None:
-            if cleanup is not None:
-                cleanup(node)
-            node.destroy_node()
-        # not ``if rclpy.ok(): rclpy.shutdown()``: rclpy's SIGINT handler may shut the
-        # context down between the two calls, and the second shutdown raises
-        rclpy.try_shutdown()
+        try:
+            if node is not None:
+                if cleanup is not None:
+                    cleanup(node)
+                node.destroy_node()
+            # not ``if rclpy.ok(): rclpy.shutdown()``: rclpy's SIGINT handler may shut the
+            # context down between the two calls, and the second shutdown raises
+            rclpy.try_shutdown()
+        finally:
+            stop_signals.restore()
     return 0
