@@ -8,7 +8,7 @@ from policy_synthetic import CAMERAS, INSTRUCTIONS, make_episode, tiny_config, w
 from vla_edge.core.errors import CheckpointError
 from vla_edge.core.types import Observation
 from vla_edge.policy.config import TrainConfig, TrainFileConfig
-from vla_edge.policy.model import load_checkpoint
+from vla_edge.policy.model import load_checkpoint, read_checkpoint
 from vla_edge.policy.train import learning_rate_at, train
 from vla_edge.runners.torch_runner import TorchRunner
 
@@ -368,3 +368,50 @@ def test_ema_checkpoint_holds_the_average_and_resumes_exactly(tmp_path, trained)
     assert torch.equal(plain_payload["stages"][name][key], raw[f"{name}.{key}"])  # same raw run
     plain_val = plain_payload["meta"]["history"]["val_loss"][-1][1]
     assert full["history"]["val_loss"][-1][1] != pytest.approx(plain_val)
+
+
+def test_init_from_keeps_the_source_normalisation_and_resume_keeps_the_stored_one(
+    tmp_path, trained
+) -> None:
+    """The weights were trained on the source's scale; other data must not shift it."""
+    _, root, _ = trained
+    source = read_checkpoint(root / "policy.pt")["norm_stats"]
+    write_dataset(tmp_path / "data" / "demos.hdf5", episodes_per_task=3, steps=30)
+    scratch = _file_cfg(1)
+    train(tmp_path / "data", tmp_path / "scratch.pt", scratch, progress=False)
+    from_data = read_checkpoint(tmp_path / "scratch.pt")["norm_stats"]
+    assert from_data["state_std"] != source["state_std"]
+
+    cfg = _file_cfg(4)
+    cfg.train.checkpoint_every = 2
+    half = _file_cfg(2)
+    train(tmp_path / "data", tmp_path / "ft.pt", half, progress=False, init_from=root / "policy.pt")
+    kept = read_checkpoint(tmp_path / "ft.pt")
+    assert kept["norm_stats"] == source
+    assert kept["meta"]["norm_stats_from"] == "init_from"
+    # --resume goes on with the statistics the run started with, not the data's
+    train(tmp_path / "data", tmp_path / "ft.pt", cfg, resume=True, progress=False)
+    assert read_checkpoint(tmp_path / "ft.pt")["norm_stats"] == source
+
+    cfg.train.init_norm_stats = "data"
+    train(tmp_path / "data", tmp_path / "ftd.pt", cfg, progress=False, init_from=root / "policy.pt")
+    recomputed = read_checkpoint(tmp_path / "ftd.pt")
+    assert recomputed["norm_stats"] == from_data
+    assert recomputed["meta"]["norm_stats_from"] == "data"
+
+
+def test_init_from_a_source_with_bad_statistics_is_a_named_checkpoint_error(
+    tmp_path, trained
+) -> None:
+    _, root, _ = trained
+    payload = read_checkpoint(root / "policy.pt")
+    payload["norm_stats"]["action_std"] = [0.0] * len(payload["norm_stats"]["action_std"])
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=r"bad\.pt.*action_std"):
+        train(
+            root / "data",
+            tmp_path / "x.pt",
+            _file_cfg(2),
+            progress=False,
+            init_from=tmp_path / "bad.pt",
+        )

@@ -7,7 +7,7 @@ checkpoint stores them that way so no Python class is ever pickled.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -146,6 +146,11 @@ class TrainConfig(_Strict):
     reword_probability: float = Field(0.0, ge=0.0, le=1.0)
     """Probability that a training sample's instruction is replaced by one of its
     ``instruction_rewordings`` (uniformly); validation always uses the recorded one."""
+    init_norm_stats: Literal["source", "data"] = "source"
+    """With ``--init-from``: keep the source checkpoint's normalisation statistics
+    (``source``: its weights were trained on that scale) or compute them from
+    ``--data`` (``data``: the weights then meet inputs and targets on a shifted
+    scale). Without ``--init-from`` they always come from the data."""
     ema_decay: float = Field(0.0, ge=0.0, lt=1.0)
     """Decay of an exponential moving average of the weights (0: off). When on, the
     checkpoint's policy (and the validation loss) is the average; the raw weights
