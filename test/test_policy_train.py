@@ -136,7 +136,8 @@ def test_learning_rate_warms_up_then_decays_to_the_minimum() -> None:
     assert learning_rate_at(1000, cfg) == pytest.approx(1e-5)
 
 
-def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
+def _layout_dataset(tmp_path):
+    """Synthetic episodes of two real tasks whose agentview shows each object as a dot."""
     import h5py
 
     from vla_edge.sim.tasks import OBJECTS, init_state
@@ -159,10 +160,20 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
                 col = int(round(2 + (y + 0.22) / 0.44 * 26))
                 images[:, row : row + 3, col : col + 3] = colour
             group["obs/agentview_image"][...] = images
-    cfg = _file_cfg(120)
+    return tmp_path / "data"
+
+
+def _probe_cfg(steps: int) -> TrainFileConfig:
+    cfg = _file_cfg(steps)
     cfg.train.layout_loss_weight = 1.0
     cfg.train.goal_loss_weight = 1.0
     cfg.train.layout_loss_steps = 20
+    return cfg
+
+
+def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
+    _layout_dataset(tmp_path)
+    cfg = _probe_cfg(120)
     cfg.train.val_every = 60
     cfg.train.checkpoint_every = 60
     summary = train(tmp_path / "data", tmp_path / "p.pt", cfg, progress=False)
@@ -415,3 +426,59 @@ def test_init_from_a_source_with_bad_statistics_is_a_named_checkpoint_error(
             progress=False,
             init_from=tmp_path / "bad.pt",
         )
+
+
+def test_probe_warmup_fits_new_probes_while_the_policy_is_held(tmp_path) -> None:
+    data = _layout_dataset(tmp_path)
+    train(data, tmp_path / "src.pt", _file_cfg(40), progress=False)  # a source with no probes
+    source = read_checkpoint(tmp_path / "src.pt")
+    assert not source["train_modules"]
+    # 40 probe-only steps, then one policy step at a negligible learning rate
+    cfg = _probe_cfg(41)
+    cfg.train.probe_warmup_steps = 40
+    cfg.train.probe_warmup_learning_rate = 1e-2
+    cfg.train.learning_rate, cfg.train.min_learning_rate, cfg.train.warmup_steps = 1e-12, 0.0, 0
+    summary = train(data, tmp_path / "ft.pt", cfg, progress=False, init_from=tmp_path / "src.pt")
+    layout = [v for _, v in summary["history"]["layout_loss"]]
+    assert np.mean(layout[-10:]) < 0.8 * np.mean(layout[:10])
+    tuned = read_checkpoint(tmp_path / "ft.pt")
+    for stage, state in source["stages"].items():
+        for key, value in state.items():
+            torch.testing.assert_close(tuned["stages"][stage][key], value, atol=1e-6, rtol=0)
+    assert set(tuned["train_modules"]) == {"layout_probe", "goal_probe"}
+    # after the warm-up the policy trains on the usual schedule
+    cfg = _probe_cfg(60)
+    cfg.train.probe_warmup_steps = 40
+    train(data, tmp_path / "ft2.pt", cfg, progress=False, init_from=tmp_path / "src.pt")
+    moved = read_checkpoint(tmp_path / "ft2.pt")["stages"]["action_head"]
+    assert any(not torch.equal(moved[k], v) for k, v in source["stages"]["action_head"].items())
+
+
+def test_learning_rate_schedule_starts_after_the_probe_warmup() -> None:
+    cfg = TrainConfig(
+        steps=140,
+        warmup_steps=10,
+        learning_rate=1e-4,
+        min_learning_rate=1e-6,
+        probe_warmup_steps=40,
+        probe_warmup_learning_rate=3e-3,
+        layout_loss_weight=0.5,
+    )
+    assert [learning_rate_at(s, cfg) for s in (0, 39)] == [3e-3, 3e-3]
+    assert learning_rate_at(40, cfg) == pytest.approx(1e-4 / 10)
+    assert learning_rate_at(49, cfg) == pytest.approx(1e-4)
+    assert learning_rate_at(139, cfg) == pytest.approx(1e-6, abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"steps": 40, "probe_warmup_steps": 40, "layout_loss_weight": 1.0}, "leaves no step"),
+        ({"steps": 100, "probe_warmup_steps": 40}, "needs a probe"),
+    ],
+)
+def test_a_probe_warmup_without_steps_after_it_or_without_a_probe_is_refused(
+    fields, message
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**fields)

@@ -146,6 +146,13 @@ class TrainConfig(_Strict):
     reword_probability: float = Field(0.0, ge=0.0, le=1.0)
     """Probability that a training sample's instruction is replaced by one of its
     ``instruction_rewordings`` (uniformly); validation always uses the recorded one."""
+    probe_warmup_steps: int = Field(0, ge=0)
+    """Steps at the start of the run (counted in ``steps``) in which only the probes
+    learn, at ``probe_warmup_learning_rate``, and the policy's weights are held: for
+    an ``--init-from`` source that keeps no probes, so that new probes start fitted
+    instead of sending their large early gradients into trained features. The
+    learning-rate schedule starts after them."""
+    probe_warmup_learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
     init_norm_stats: Literal["source", "data"] = "source"
     """With ``--init-from``: keep the source checkpoint's normalisation statistics
     (``source``: its weights were trained on that scale) or compute them from
@@ -170,6 +177,22 @@ class TrainConfig(_Strict):
                         f"instruction_rewordings[{key!r}] holds {text!r}: each rewording "
                         "must be a non-empty string other than the instruction itself"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _check_probe_warmup(self) -> TrainConfig:
+        if self.probe_warmup_steps == 0:
+            return self
+        if self.probe_warmup_steps >= self.steps:
+            raise ValueError(
+                f"probe_warmup_steps = {self.probe_warmup_steps} leaves no step of "
+                f"steps = {self.steps} to train the policy"
+            )
+        if self.layout_loss_weight == 0.0 and self.goal_loss_weight == 0.0:
+            raise ValueError(
+                f"probe_warmup_steps = {self.probe_warmup_steps} needs a probe: "
+                "layout_loss_weight or goal_loss_weight > 0"
+            )
         return self
 
 

@@ -188,10 +188,17 @@ def _load_probes(probes: dict[str, LayoutProbe], stored: dict[str, Any]) -> None
 
 
 def learning_rate_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to ``min_learning_rate``."""
+    """Linear warm-up, then cosine decay to ``min_learning_rate``.
+
+    The ``probe_warmup_steps`` come first, at ``probe_warmup_learning_rate``; the
+    schedule spans the steps after them.
+    """
+    if step < cfg.probe_warmup_steps:
+        return cfg.probe_warmup_learning_rate
+    step -= cfg.probe_warmup_steps
     if step < cfg.warmup_steps:
         return cfg.learning_rate * (step + 1) / cfg.warmup_steps
-    span = max(cfg.steps - cfg.warmup_steps, 1)
+    span = max(cfg.steps - cfg.probe_warmup_steps - cfg.warmup_steps, 1)
     progress = min((step - cfg.warmup_steps) / span, 1.0)
     cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
     return cfg.min_learning_rate + (cfg.learning_rate - cfg.min_learning_rate) * cosine
@@ -474,7 +481,12 @@ def train(
     )
     running = None
     running_aux: dict[str, float] = {}
+    policy_held = False
     for step in bar:
+        # during the probe warm-up only the probes get gradients
+        if (step < tcfg.probe_warmup_steps) != policy_held:
+            policy_held = not policy_held
+            policy.requires_grad_(not policy_held)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step, tcfg)
         rng = np.random.default_rng([tcfg.seed, step])
@@ -485,9 +497,10 @@ def train(
         )
         total = loss + sum(weights[k] * v for k, v in aux.items())
         optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip_norm)
-        optimizer.step()
+        if total.requires_grad:  # not so in a probe warm-up batch without a probe sample
+            total.backward()
+            torch.nn.utils.clip_grad_norm_(params, tcfg.grad_clip_norm)
+            optimizer.step()
         if average is not None:
             update_ema(average, policy, ema_decay_at(step, tcfg.ema_decay))
         value = float(loss.detach())
