@@ -5,7 +5,7 @@ import pytest
 import torch
 from policy_synthetic import CAMERAS, INSTRUCTIONS, make_episode, tiny_config, write_dataset
 
-from vla_edge.core.errors import CheckpointError
+from vla_edge.core.errors import CheckpointError, ConfigError
 from vla_edge.core.types import Observation
 from vla_edge.policy.config import TrainConfig, TrainFileConfig
 from vla_edge.policy.model import load_checkpoint, read_checkpoint
@@ -482,3 +482,11 @@ def test_a_probe_warmup_without_steps_after_it_or_without_a_probe_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         TrainConfig(**fields)
+
+
+def test_a_probe_warmup_on_data_without_layouts_is_a_named_config_error(tmp_path, trained):
+    _, root, _ = trained  # synthetic tasks: no recorded init state, so no probe targets
+    cfg = _probe_cfg(20)
+    cfg.train.probe_warmup_steps = 10
+    with pytest.raises(ConfigError, match="probe_warmup_steps = 10: no episode"):
+        train(root / "data", tmp_path / "x.pt", cfg, progress=False, init_from=root / "policy.pt")

@@ -153,6 +153,7 @@ class TrainConfig(_Strict):
     instead of sending their large early gradients into trained features. The
     learning-rate schedule starts after them."""
     probe_warmup_learning_rate: float = Field(1e-3, gt=0.0, le=1.0)
+    """Learning rate of the probes during ``probe_warmup_steps`` (constant)."""
     init_norm_stats: Literal["source", "data"] = "source"
     """With ``--init-from``: keep the source checkpoint's normalisation statistics
     (``source``: its weights were trained on that scale) or compute them from

@@ -395,6 +395,11 @@ def train(
 
     policy = VlaPolicy(cfg, stats)
     probes = make_probes(cfg, train_set, tcfg)
+    if tcfg.probe_warmup_steps and not probes:
+        raise ConfigError(
+            f"train.probe_warmup_steps = {tcfg.probe_warmup_steps}: no episode in {data} "
+            "has the recorded init state the probes are fitted to"
+        )
     weights = {"layout": tcfg.layout_loss_weight, "goal": tcfg.goal_loss_weight}
     params = list(policy.parameters()) + [p for m in probes.values() for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay)
