@@ -115,6 +115,12 @@ def test_an_executor_error_with_a_stop_signal_is_a_normal_end(ros_env, signal_na
     result = _run(FAILING_NODE, signal_name, ros_env)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    # SIGTERM (sent when SIGINT did not stop a node in time) also writes every
+    # thread's stack to the log, so that a hung stop says where it hangs
+    stacks = "most recent call first" in result.stderr
+    assert stacks == (signal_name == "SIGTERM"), result.stderr
+    if stacks:
+        assert "in tick" in result.stderr
 
 
 def test_the_same_executor_error_without_a_signal_is_a_real_error(ros_env):

@@ -6,6 +6,7 @@ stay independent of the control, runner and sim code.
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import threading
@@ -97,6 +98,12 @@ def run_node(
     stop_signals = StopSignals()
     stop_signals.install()
     rclpy.init(args=args)
+    # SIGTERM comes after SIGINT did not stop the node in time (the launcher's and
+    # the fault suite's stop): write every thread's stack to the node's log first,
+    # then hand on to rclpy's handler, so that a hung stop says where it hangs
+    dump_on_sigterm = threading.current_thread() is threading.main_thread()
+    if dump_on_sigterm:
+        faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     if fast_gil_switch:
         sys.setswitchinterval(0.0005)
     node: NodeT | None = None
@@ -125,5 +132,7 @@ def run_node(
             # context down between the two calls, and the second shutdown raises
             rclpy.try_shutdown()
         finally:
+            if dump_on_sigterm:
+                faulthandler.unregister(signal.SIGTERM)
             stop_signals.restore()
     return 0
