@@ -42,9 +42,14 @@ class StopSignals:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
 
+    @property
+    def installable(self) -> bool:
+        """Whether this thread may install signal handlers (the main thread only)."""
+        return threading.current_thread() is threading.main_thread()
+
     def install(self) -> None:
         """Put the recorder in front of the current SIGINT/SIGTERM handlers (main thread only)."""
-        if threading.current_thread() is not threading.main_thread():
+        if not self.installable:
             return
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._on_signal)
@@ -101,7 +106,7 @@ def run_node(
     # SIGTERM comes after SIGINT did not stop the node in time (the launcher's and
     # the fault suite's stop): write every thread's stack to the node's log first,
     # then hand on to rclpy's handler, so that a hung stop says where it hangs
-    dump_on_sigterm = threading.current_thread() is threading.main_thread()
+    dump_on_sigterm = stop_signals.installable
     if dump_on_sigterm:
         faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     if fast_gil_switch:

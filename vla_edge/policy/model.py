@@ -203,6 +203,24 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def checkpoint_stats(payload: dict[str, Any], action_dim: int, path: str | Path) -> NormStats:
+    """A raw checkpoint's normalisation statistics (``payload`` from :func:`read_checkpoint`).
+
+    Raises:
+        CheckpointError: ``norm_stats`` is not a dict, or a field is missing, of the
+            wrong length, non-finite or (a std) not positive.
+    """
+    stored = payload["norm_stats"]
+    if not isinstance(stored, dict):
+        raise CheckpointError(
+            f"checkpoint {path}: field norm_stats is {type(stored).__name__}, expected a dict"
+        )
+    try:
+        return NormStats.from_dict(stored, action_dim)
+    except ConfigError as exc:
+        raise CheckpointError(f"checkpoint {path}: {exc}") from exc
+
+
 def _checked_stages(payload: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The payload's ``stages``, checked: dicts of finite tensors whose hash matches the file's.
 
@@ -267,11 +285,6 @@ def load_checkpoint(path: str | Path, load_language: bool = False) -> VlaPolicy:
             ``weights_sha256``, or weights that do not fit the config.
     """
     payload = read_checkpoint(path)
-    if not isinstance(payload["norm_stats"], dict):
-        raise CheckpointError(
-            f"checkpoint {path}: field norm_stats is {type(payload['norm_stats']).__name__}, "
-            "expected a dict"
-        )
     step = payload.get("step", 0)
     if isinstance(step, bool) or not isinstance(step, int):
         raise CheckpointError(
@@ -279,9 +292,9 @@ def load_checkpoint(path: str | Path, load_language: bool = False) -> VlaPolicy:
         )
     try:
         config = policy_config_from_dict(payload["model_config"], f"checkpoint {path}")
-        stats = NormStats.from_dict(payload["norm_stats"], config.action_dim)
     except ConfigError as exc:
         raise CheckpointError(str(exc)) from exc
+    stats = checkpoint_stats(payload, config.action_dim, path)
     stages = _checked_stages(payload, path)
     policy = VlaPolicy(config, stats, load_language=load_language)
     for name in TRAINED_STAGES:

@@ -40,8 +40,8 @@ import torch.nn.functional as F  # noqa: N812
 from vla_edge.core.errors import CheckpointError, ConfigError
 from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, load_train_file
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
-from vla_edge.policy.model import VlaPolicy, read_checkpoint, save_checkpoint
-from vla_edge.policy.normalize import ActionCodec, NormStats, compute_stats
+from vla_edge.policy.model import VlaPolicy, checkpoint_stats, read_checkpoint, save_checkpoint
+from vla_edge.policy.normalize import ActionCodec, compute_stats
 from vla_edge.policy.vision import WIDENING_KEYS, widen_first_conv
 
 VAL_SEED_OFFSET = 7919
@@ -338,14 +338,6 @@ def init_widening(stored: dict[str, Any], current: PolicyConfig, path: Path) -> 
     )
 
 
-def _stored_stats(stored: dict[str, Any], cfg: PolicyConfig, path: Path) -> NormStats:
-    """A checkpoint's normalisation statistics; a bad entry is a :class:`CheckpointError`."""
-    try:
-        return NormStats.from_dict(stored["norm_stats"], cfg.action_dim)
-    except ConfigError as exc:
-        raise CheckpointError(f"checkpoint {path}: {exc}") from exc
-
-
 def train(
     data: str | Path,
     out: str | Path,
@@ -406,6 +398,7 @@ def train(
     start_step = 0
     history: dict[str, list[list[float]]] = {"train_loss": [], "val_loss": []}
     wall_before_s = 0.0
+    keep_source_stats = init_from is not None and tcfg.init_norm_stats == "source"
     if init_from is not None and not (resume and out.is_file()):
         source = read_checkpoint(init_from)
         factor = init_widening(source["model_config"], cfg, Path(init_from))
@@ -416,8 +409,8 @@ def train(
         # the training-only probes too: fresh ones would send their large early
         # gradients into the trained features
         _load_probes(probes, source.get("train_modules") or {})
-        if tcfg.init_norm_stats == "source":
-            policy.set_stats(_stored_stats(source, cfg, Path(init_from)))
+        if keep_source_stats:
+            policy.set_stats(checkpoint_stats(source, cfg.action_dim, init_from))
     average = None
     if resume and out.is_file():
         payload = read_checkpoint(out)
@@ -425,7 +418,7 @@ def train(
         for name, state in payload["stages"].items():
             getattr(policy, name).load_state_dict(state)
         # the statistics the run started with, whether from its data or its --init-from
-        policy.set_stats(_stored_stats(payload, cfg, out))
+        policy.set_stats(checkpoint_stats(payload, cfg.action_dim, out))
         if payload.get("optimizer") is not None:
             optimizer.load_state_dict(payload["optimizer"])
         start_step = int(payload.get("step", 0))
@@ -448,9 +441,7 @@ def train(
     meta_base = {
         "data": str(data),
         "init_from": str(init_from) if init_from is not None else None,
-        "norm_stats_from": (
-            "init_from" if init_from is not None and tcfg.init_norm_stats == "source" else "data"
-        ),
+        "norm_stats_from": "init_from" if keep_source_stats else "data",
         "episodes_train": len(train_eps),
         "episodes_val": len(val_eps),
         "samples_train": len(train_set),
