@@ -199,6 +199,18 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
     for probe in ("layout_probe", "goal_probe"):
         for key, value in source[probe].items():
             torch.testing.assert_close(tuned[probe][key], value, atol=1e-6, rtol=0)
+    # and so does `vla-edge widen` (the raw weights, of the other first conv, do not)
+    import argparse
+
+    from vla_edge.policy import widen
+
+    args = argparse.Namespace(policy=str(tmp_path / "p.pt"), out=str(tmp_path / "w.pt"))
+    assert widen.run(args) == 0
+    wide = torch.load(tmp_path / "w.pt", weights_only=True)["train_modules"]
+    assert set(wide) == {"layout_probe", "goal_probe"}
+    for probe in wide:
+        for key, value in source[probe].items():
+            assert torch.equal(wide[probe][key], value), (probe, key)
 
 
 def test_init_from_starts_from_the_weights_with_a_fresh_schedule(tmp_path, trained) -> None:

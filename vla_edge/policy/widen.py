@@ -5,7 +5,10 @@ source's stride-2 one by :func:`vla_edge.policy.vision.widen_first_conv`;
 every other weight and the normalisation statistics are the source's. On a
 128x128 image it gives what the 64x64 source gives on that image averaged over
 2x2 pixels. It is the starting point of a fine-tune at the higher resolution,
-and can drive recovery episodes recorded at that resolution before it.
+and can drive recovery episodes recorded at that resolution before it. The
+source's training probes (which read the visual tokens and the context, whose
+shapes widening keeps) go with the copy, so such a fine-tune starts with them
+fitted; its optimizer state and raw (non-averaged) weights do not.
 """
 
 from __future__ import annotations
@@ -15,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from vla_edge.core.errors import ConfigError, VlaEdgeError
-from vla_edge.policy.model import TRAINED_STAGES, VlaPolicy, load_checkpoint, save_checkpoint
+from vla_edge.policy.model import (
+    TRAINED_STAGES,
+    VlaPolicy,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from vla_edge.policy.vision import WIDENING_KEYS, widen_first_conv
 
 FACTOR = 2
@@ -60,10 +69,12 @@ def run(args: argparse.Namespace) -> int:
         source_path = resolve_policy_path(args.policy)
         source = load_checkpoint(source_path)
         wide = widen_policy(source)
+        stored = read_checkpoint(source_path).get("train_modules") or {}
     except VlaEdgeError as exc:
         print(f"vla-edge widen: {type(exc).__name__}: {exc}")
         return 1
     info: dict[str, Any] = source.checkpoint_info
+    probes = {name: state for name, state in stored.items() if name.endswith("_probe")}
     digest = save_checkpoint(
         Path(args.out),
         wide,
@@ -73,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             **(info.get("meta") or {}),
             "widened_from": {"path": str(source_path), "weights_sha256": info["weights_sha256"]},
         },
+        train_modules=probes or None,
     )
     c = wide.config
     print(f"wrote {args.out}: {c.image_height}x{c.image_width} input, weights sha256 {digest[:12]}")
