@@ -213,6 +213,33 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
             assert torch.equal(wide[probe][key], value), (probe, key)
 
 
+def test_malformed_training_modules_are_a_named_checkpoint_error(tmp_path, trained, capsys):
+    import argparse
+
+    from vla_edge.policy import widen
+
+    _, root, _ = trained
+    payload = torch.load(root / "policy.pt", weights_only=True)
+    payload["train_modules"] = {"layout_probe": [1.0, 2.0]}
+    torch.save(payload, tmp_path / "bad.pt")
+    args = argparse.Namespace(policy=str(tmp_path / "bad.pt"), out=str(tmp_path / "w.pt"))
+    assert widen.run(args) == 1
+    assert "CheckpointError" in capsys.readouterr().out
+    assert not (tmp_path / "w.pt").exists()
+    # a stored probe of the wrong shape: named, not a torch traceback
+    payload["train_modules"] = {"layout_probe": {"per_token.weight": torch.zeros(1)}}
+    torch.save(payload, tmp_path / "misfit.pt")
+    _layout_dataset(tmp_path)
+    with pytest.raises(CheckpointError, match="layout probe does not fit"):
+        train(
+            tmp_path / "data",
+            tmp_path / "ft.pt",
+            _probe_cfg(1),
+            progress=False,
+            init_from=tmp_path / "misfit.pt",
+        )
+
+
 def test_init_from_starts_from_the_weights_with_a_fresh_schedule(tmp_path, trained) -> None:
     _, root, _ = trained
     write_dataset(tmp_path / "data" / "demos.hdf5", episodes_per_task=4, steps=20)

@@ -221,6 +221,20 @@ def checkpoint_stats(payload: dict[str, Any], action_dim: int, path: str | Path)
         raise CheckpointError(f"checkpoint {path}: {exc}") from exc
 
 
+def checkpoint_train_modules(payload: dict[str, Any], path: str | Path) -> dict[str, Any]:
+    """A raw checkpoint's training-only modules (probes, raw weights); ``{}`` if it keeps none.
+
+    Raises:
+        CheckpointError: ``train_modules`` or one of its entries is not a dict.
+    """
+    stored = payload.get("train_modules") or {}
+    if not isinstance(stored, dict) or not all(isinstance(v, dict) for v in stored.values()):
+        raise CheckpointError(
+            f"checkpoint {path}: field train_modules is not a dict of state dicts"
+        )
+    return stored
+
+
 def _checked_stages(payload: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The payload's ``stages``, checked: dicts of finite tensors whose hash matches the file's.
 

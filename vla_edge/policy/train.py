@@ -40,7 +40,13 @@ import torch.nn.functional as F  # noqa: N812
 from vla_edge.core.errors import CheckpointError, ConfigError
 from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, load_train_file
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
-from vla_edge.policy.model import VlaPolicy, checkpoint_stats, read_checkpoint, save_checkpoint
+from vla_edge.policy.model import (
+    VlaPolicy,
+    checkpoint_stats,
+    checkpoint_train_modules,
+    read_checkpoint,
+    save_checkpoint,
+)
 from vla_edge.policy.normalize import ActionCodec, compute_stats
 from vla_edge.policy.vision import WIDENING_KEYS, widen_first_conv
 
@@ -180,11 +186,21 @@ def update_ema(average: torch.nn.Module, model: torch.nn.Module, decay: float) -
         a.copy_(m)
 
 
-def _load_probes(probes: dict[str, LayoutProbe], stored: dict[str, Any]) -> None:
-    """Load each probe whose ``<name>_probe`` entry a checkpoint's ``train_modules`` holds."""
+def _load_probes(probes: dict[str, LayoutProbe], payload: dict[str, Any], path: Path) -> None:
+    """Load each probe whose ``<name>_probe`` entry the checkpoint's ``train_modules`` holds.
+
+    Raises:
+        CheckpointError: ``train_modules`` is malformed or a stored probe does not fit.
+    """
+    stored = checkpoint_train_modules(payload, path)
     for name, probe in probes.items():
         if f"{name}_probe" in stored:
-            probe.load_state_dict(stored[f"{name}_probe"])
+            try:
+                probe.load_state_dict(stored[f"{name}_probe"])
+            except RuntimeError as exc:
+                raise CheckpointError(
+                    f"checkpoint {path}: the stored {name} probe does not fit: {exc}"
+                ) from exc
 
 
 def learning_rate_at(step: int, cfg: TrainConfig) -> float:
@@ -408,7 +424,7 @@ def train(
             getattr(policy, name).load_state_dict(state)
         # the training-only probes too: fresh ones would send their large early
         # gradients into the trained features
-        _load_probes(probes, source.get("train_modules") or {})
+        _load_probes(probes, source, Path(init_from))
         if keep_source_stats:
             policy.set_stats(checkpoint_stats(source, cfg.action_dim, init_from))
     average = None
@@ -423,11 +439,11 @@ def train(
             optimizer.load_state_dict(payload["optimizer"])
         start_step = int(payload.get("step", 0))
         meta = payload.get("meta") or {}
-        stored = payload.get("train_modules") or {}
+        stored = checkpoint_train_modules(payload, out)
         if tcfg.ema_decay > 0.0 and RAW_WEIGHTS_KEY in stored:
             average = copy.deepcopy(policy)  # the stored stages are the average
             policy.load_state_dict(stored[RAW_WEIGHTS_KEY])
-        _load_probes(probes, stored)
+        _load_probes(probes, payload, out)
         history = meta.get("history", history)
         wall_before_s = float(meta.get("train_wall_time_s", 0.0))
     if tcfg.ema_decay > 0.0 and average is None:

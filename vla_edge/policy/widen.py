@@ -21,6 +21,7 @@ from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.policy.model import (
     TRAINED_STAGES,
     VlaPolicy,
+    checkpoint_train_modules,
     load_checkpoint,
     read_checkpoint,
     save_checkpoint,
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         source_path = resolve_policy_path(args.policy)
         source = load_checkpoint(source_path)
         wide = widen_policy(source)
-        stored = read_checkpoint(source_path).get("train_modules") or {}
+        stored = checkpoint_train_modules(read_checkpoint(source_path), source_path)
     except VlaEdgeError as exc:
         print(f"vla-edge widen: {type(exc).__name__}: {exc}")
         return 1
