@@ -298,7 +298,13 @@ def load_checkpoint(path: str | Path, load_language: bool = False) -> VlaPolicy:
             non-finite weight, weights whose sha256 differs from the stored
             ``weights_sha256``, or weights that do not fit the config.
     """
-    payload = read_checkpoint(path)
+    return policy_from_payload(read_checkpoint(path), path, load_language)
+
+
+def policy_from_payload(
+    payload: dict[str, Any], path: str | Path, load_language: bool = False
+) -> VlaPolicy:
+    """:func:`load_checkpoint` on a payload already read with :func:`read_checkpoint`."""
     step = payload.get("step", 0)
     if isinstance(step, bool) or not isinstance(step, int):
         raise CheckpointError(

@@ -186,13 +186,14 @@ def update_ema(average: torch.nn.Module, model: torch.nn.Module, decay: float) -
         a.copy_(m)
 
 
-def _load_probes(probes: dict[str, LayoutProbe], payload: dict[str, Any], path: Path) -> None:
-    """Load each probe whose ``<name>_probe`` entry the checkpoint's ``train_modules`` holds.
+def _load_probes(probes: dict[str, LayoutProbe], stored: dict[str, Any], path: Path) -> None:
+    """Load each probe whose ``<name>_probe`` entry ``stored`` holds.
+
+    ``stored`` is a checkpoint's :func:`checkpoint_train_modules`.
 
     Raises:
-        CheckpointError: ``train_modules`` is malformed or a stored probe does not fit.
+        CheckpointError: a stored probe does not fit.
     """
-    stored = checkpoint_train_modules(payload, path)
     for name, probe in probes.items():
         if f"{name}_probe" in stored:
             try:
@@ -424,7 +425,7 @@ def train(
             getattr(policy, name).load_state_dict(state)
         # the training-only probes too: fresh ones would send their large early
         # gradients into the trained features
-        _load_probes(probes, source, Path(init_from))
+        _load_probes(probes, checkpoint_train_modules(source, init_from), Path(init_from))
         if keep_source_stats:
             policy.set_stats(checkpoint_stats(source, cfg.action_dim, init_from))
     average = None
@@ -443,7 +444,7 @@ def train(
         if tcfg.ema_decay > 0.0 and RAW_WEIGHTS_KEY in stored:
             average = copy.deepcopy(policy)  # the stored stages are the average
             policy.load_state_dict(stored[RAW_WEIGHTS_KEY])
-        _load_probes(probes, payload, out)
+        _load_probes(probes, stored, out)
         history = meta.get("history", history)
         wall_before_s = float(meta.get("train_wall_time_s", 0.0))
     if tcfg.ema_decay > 0.0 and average is None:

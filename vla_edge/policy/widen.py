@@ -22,7 +22,7 @@ from vla_edge.policy.model import (
     TRAINED_STAGES,
     VlaPolicy,
     checkpoint_train_modules,
-    load_checkpoint,
+    policy_from_payload,
     read_checkpoint,
     save_checkpoint,
 )
@@ -68,9 +68,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         source_path = resolve_policy_path(args.policy)
-        source = load_checkpoint(source_path)
+        payload = read_checkpoint(source_path)
+        source = policy_from_payload(payload, source_path)
         wide = widen_policy(source)
-        stored = checkpoint_train_modules(read_checkpoint(source_path), source_path)
+        stored = checkpoint_train_modules(payload, source_path)
     except VlaEdgeError as exc:
         print(f"vla-edge widen: {type(exc).__name__}: {exc}")
         return 1
