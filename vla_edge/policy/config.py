@@ -137,8 +137,13 @@ class TrainConfig(_Strict):
     goal_loss_weight: float = Field(0.0, ge=0.0)
     """Weight of the auxiliary loss that regresses the instructed object's and its
     destination's positions from the fused context (language-conditioned)."""
+    heading_loss_weight: float = Field(0.0, ge=0.0)
+    """Weight of the auxiliary loss that regresses every block's initial heading
+    (``cos 4θ, sin 4θ``) from the visual tokens; episodes with a recorded init
+    state only (recovery episodes store no heading)."""
     layout_loss_steps: int = Field(20, ge=1)
-    """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get either."""
+    """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get any
+    of the probe losses."""
     instruction_rewordings: dict[str, list[str]] = Field(default_factory=dict)
     """Other wordings of a recorded instruction (key: the instruction as recorded),
     used in place of it with probability ``reword_probability``. Keep them apart
@@ -189,10 +194,11 @@ class TrainConfig(_Strict):
                 f"probe_warmup_steps = {self.probe_warmup_steps} leaves no step of "
                 f"steps = {self.steps} to train the policy"
             )
-        if self.layout_loss_weight == 0.0 and self.goal_loss_weight == 0.0:
+        weights = (self.layout_loss_weight, self.goal_loss_weight, self.heading_loss_weight)
+        if not any(weights):
             raise ValueError(
                 f"probe_warmup_steps = {self.probe_warmup_steps} needs a probe: "
-                "layout_loss_weight or goal_loss_weight > 0"
+                "layout_loss_weight, goal_loss_weight or heading_loss_weight > 0"
             )
         return self
 

@@ -13,7 +13,10 @@
   position (``ChunkSamples.layout``) from the visual tokens;
   ``goal_loss_weight`` regresses the instructed object's and its
   destination's positions (``ChunkSamples.goal``) from the fused context, so
-  the instruction must pick them out. Closed-loop success hinges on heading
+  the instruction must pick them out; ``heading_loss_weight`` regresses every
+  block's initial heading (``ChunkSamples.heading``, as ``cos 4θ, sin 4θ``)
+  from the visual tokens, the one thing the expert aligns the hand to that
+  the positions do not tell. Closed-loop success hinges on heading
   for the instructed object from the start pose, which the action loss alone
   teaches slowly.
 * ``ema_decay > 0`` keeps an exponential moving average of the weights; the
@@ -146,21 +149,30 @@ class LayoutProbe(torch.nn.Module):
 def make_probes(
     config: PolicyConfig, samples: ChunkSamples, train_cfg: TrainConfig
 ) -> dict[str, LayoutProbe]:
-    """``layout`` (on visual tokens) and ``goal`` (on the context) probes whose weight is > 0."""
-    if not samples.has_layout.any():
-        return {}
+    """The probes whose weight is > 0 and whose targets some sample has.
+
+    ``layout`` and ``heading`` read the visual tokens, ``goal`` the fused context.
+    """
     probes = {}
+    visual_tokens = len(config.cameras) * config.tokens_per_camera
     wanted = {
-        "layout": (
-            train_cfg.layout_loss_weight,
-            samples.layout,
-            len(config.cameras) * config.tokens_per_camera,
+        "layout": (train_cfg.layout_loss_weight, samples.layout, samples.has_layout, visual_tokens),
+        "goal": (
+            train_cfg.goal_loss_weight,
+            samples.goal,
+            samples.has_layout,
+            config.context_tokens,
         ),
-        "goal": (train_cfg.goal_loss_weight, samples.goal, config.context_tokens),
+        "heading": (
+            train_cfg.heading_loss_weight,
+            samples.heading,
+            samples.has_heading,
+            visual_tokens,
+        ),
     }
-    for name, (weight, values, tokens) in wanted.items():
-        if weight > 0:
-            known = values[samples.has_layout]
+    for name, (weight, values, has, tokens) in wanted.items():
+        if weight > 0 and has.any():
+            known = values[has]
             std = np.maximum(known.std(axis=0), 1e-3)
             probes[name] = LayoutProbe(
                 tokens, config.d_model, known.shape[1], known.mean(axis=0), std
@@ -250,18 +262,27 @@ def batch_loss(
     visual = policy.vision_encoder(images)
     context = policy.fusion(visual, lang, state_norm)
     aux: dict[str, torch.Tensor] = {}
-    use = samples.has_layout[idx] & (samples.steps[idx] < train_cfg.layout_loss_steps)
+    early = samples.steps[idx] < train_cfg.layout_loss_steps
+    use = samples.has_layout[idx] & early
+    per_obs = visual.reshape(len(idx), -1, *visual.shape[1:])
     if probes and use.any():
         rows = torch.from_numpy(np.flatnonzero(use))
         if "layout" in probes:
-            per_obs = visual.reshape(len(idx), -1, *visual.shape[1:])[rows]
             aux["layout"] = probes["layout"].loss(
-                per_obs.reshape(-1, *visual.shape[1:]), torch.from_numpy(samples.layout[idx][use])
+                per_obs[rows].reshape(-1, *visual.shape[1:]),
+                torch.from_numpy(samples.layout[idx][use]),
             )
         if "goal" in probes:
             aux["goal"] = probes["goal"].loss(
                 context[rows], torch.from_numpy(samples.goal[idx][use])
             )
+    use_heading = samples.has_heading[idx] & early
+    if probes and "heading" in probes and use_heading.any():
+        rows = torch.from_numpy(np.flatnonzero(use_heading))
+        aux["heading"] = probes["heading"].loss(
+            per_obs[rows].reshape(-1, *visual.shape[1:]),
+            torch.from_numpy(samples.heading[idx][use_heading]),
+        )
     m = train_cfg.flow_samples_per_obs
     target = chunk_norm.repeat_interleave(m, dim=0)
     n = target.shape[0]
@@ -409,7 +430,11 @@ def train(
             f"train.probe_warmup_steps = {tcfg.probe_warmup_steps}: no episode in {data} "
             "has the recorded init state the probes are fitted to"
         )
-    weights = {"layout": tcfg.layout_loss_weight, "goal": tcfg.goal_loss_weight}
+    weights = {
+        "layout": tcfg.layout_loss_weight,
+        "goal": tcfg.goal_loss_weight,
+        "heading": tcfg.heading_loss_weight,
+    }
     params = list(policy.parameters()) + [p for m in probes.values() for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay)
     start_step = 0
