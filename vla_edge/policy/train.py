@@ -16,9 +16,9 @@
   the instruction must pick them out; ``heading_loss_weight`` regresses every
   block's initial heading (``ChunkSamples.heading``, as ``cos 4θ, sin 4θ``)
   from the visual tokens, the one thing the expert aligns the hand to that
-  the positions do not tell. Closed-loop success hinges on heading
-  for the instructed object from the start pose, which the action loss alone
-  teaches slowly.
+  the positions do not tell. Closed-loop success hinges on making for the
+  instructed object from the start pose, which the action loss alone teaches
+  slowly.
 * ``ema_decay > 0`` keeps an exponential moving average of the weights; the
   checkpoint's policy is that average (the raw weights are stored beside it
   to resume), which smooths out the step-to-step jitter of the last updates.
