@@ -146,32 +146,40 @@ class LayoutProbe(torch.nn.Module):
         return F.mse_loss(self.out(h), (targets - self.mean) / self.std)
 
 
+CONTEXT_PROBES = frozenset({"goal"})
+"""Probes that read the fused context; the others read the visual tokens."""
+
+
+def probe_weights(train_cfg: TrainConfig) -> dict[str, float]:
+    """Loss weight of each probe, by name."""
+    return {
+        "layout": train_cfg.layout_loss_weight,
+        "goal": train_cfg.goal_loss_weight,
+        "heading": train_cfg.heading_loss_weight,
+    }
+
+
+def probe_targets(samples: ChunkSamples) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each probe's targets ``[N, L]`` and which samples have them ``[N]``, by name."""
+    return {
+        "layout": (samples.layout, samples.has_layout),
+        "goal": (samples.goal, samples.has_layout),
+        "heading": (samples.heading, samples.has_heading),
+    }
+
+
 def make_probes(
     config: PolicyConfig, samples: ChunkSamples, train_cfg: TrainConfig
 ) -> dict[str, LayoutProbe]:
-    """The probes whose weight is > 0 and whose targets some sample has.
-
-    ``layout`` and ``heading`` read the visual tokens, ``goal`` the fused context.
-    """
+    """The probes whose weight is > 0 and whose targets some sample has."""
     probes = {}
-    visual_tokens = len(config.cameras) * config.tokens_per_camera
-    wanted = {
-        "layout": (train_cfg.layout_loss_weight, samples.layout, samples.has_layout, visual_tokens),
-        "goal": (
-            train_cfg.goal_loss_weight,
-            samples.goal,
-            samples.has_layout,
-            config.context_tokens,
-        ),
-        "heading": (
-            train_cfg.heading_loss_weight,
-            samples.heading,
-            samples.has_heading,
-            visual_tokens,
-        ),
-    }
-    for name, (weight, values, has, tokens) in wanted.items():
-        if weight > 0 and has.any():
+    weights = probe_weights(train_cfg)
+    for name, (values, has) in probe_targets(samples).items():
+        if weights[name] > 0 and has.any():
+            if name in CONTEXT_PROBES:
+                tokens = config.context_tokens
+            else:
+                tokens = len(config.cameras) * config.tokens_per_camera
             known = values[has]
             std = np.maximum(known.std(axis=0), 1e-3)
             probes[name] = LayoutProbe(
@@ -263,26 +271,16 @@ def batch_loss(
     context = policy.fusion(visual, lang, state_norm)
     aux: dict[str, torch.Tensor] = {}
     early = samples.steps[idx] < train_cfg.layout_loss_steps
-    use = samples.has_layout[idx] & early
+    # one row per observation: [B, cameras, tokens, d] (a probe reads all its tokens)
     per_obs = visual.reshape(len(idx), -1, *visual.shape[1:])
-    if probes and use.any():
-        rows = torch.from_numpy(np.flatnonzero(use))
-        if "layout" in probes:
-            aux["layout"] = probes["layout"].loss(
-                per_obs[rows].reshape(-1, *visual.shape[1:]),
-                torch.from_numpy(samples.layout[idx][use]),
-            )
-        if "goal" in probes:
-            aux["goal"] = probes["goal"].loss(
-                context[rows], torch.from_numpy(samples.goal[idx][use])
-            )
-    use_heading = samples.has_heading[idx] & early
-    if probes and "heading" in probes and use_heading.any():
-        rows = torch.from_numpy(np.flatnonzero(use_heading))
-        aux["heading"] = probes["heading"].loss(
-            per_obs[rows].reshape(-1, *visual.shape[1:]),
-            torch.from_numpy(samples.heading[idx][use_heading]),
-        )
+    targets = probe_targets(samples)
+    for name, probe in (probes or {}).items():
+        values, has = targets[name]
+        use = has[idx] & early
+        if use.any():
+            rows = torch.from_numpy(np.flatnonzero(use))
+            inputs = context if name in CONTEXT_PROBES else per_obs
+            aux[name] = probe.loss(inputs[rows], torch.from_numpy(values[idx][use]))
     m = train_cfg.flow_samples_per_obs
     target = chunk_norm.repeat_interleave(m, dim=0)
     n = target.shape[0]
@@ -430,11 +428,7 @@ def train(
             f"train.probe_warmup_steps = {tcfg.probe_warmup_steps}: no episode in {data} "
             "has the recorded init state the probes are fitted to"
         )
-    weights = {
-        "layout": tcfg.layout_loss_weight,
-        "goal": tcfg.goal_loss_weight,
-        "heading": tcfg.heading_loss_weight,
-    }
+    weights = probe_weights(tcfg)
     params = list(policy.parameters()) + [p for m in probes.values() for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay)
     start_step = 0
