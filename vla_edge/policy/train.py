@@ -260,6 +260,8 @@ def batch_loss(
     cfg = policy.config
     codec: ActionCodec = policy.codec
     states = samples.states[idx]
+    if augment and train_cfg.state_noise_rad > 0:
+        states = perturb_states(states, cfg.delta_actions, train_cfg.state_noise_rad, generator)
     chunk_norm = torch.from_numpy(codec.encode_actions(samples.chunks(idx), states))
     state_norm = torch.from_numpy(codec.normalize_state(states))
     images = torch.from_numpy(samples.image_batch(idx)).float().div_(255.0)
@@ -293,6 +295,15 @@ def batch_loss(
         context, target, noise, tau, prefix_len, draws_per_context=m
     )
     return flow, aux
+
+
+def perturb_states(
+    states: np.ndarray, delta_dims: list[bool], std_rad: float, generator: torch.Generator
+) -> np.ndarray:
+    """``states`` with Gaussian noise of ``std_rad`` on the ``delta_dims`` columns only."""
+    mask = torch.tensor(delta_dims, dtype=torch.float64)
+    noise = torch.randn(states.shape, generator=generator, dtype=torch.float64) * std_rad
+    return states + (noise * mask).numpy().astype(states.dtype)
 
 
 def _sample_beta(
