@@ -132,12 +132,14 @@ class TrainConfig(_Strict):
     num_threads: int = Field(2, ge=1, le=256)
     time_beta_alpha: float = Field(1.5, gt=0.0)
     time_beta_beta: float = Field(1.0, gt=0.0)
-    state_noise_rad: float = Field(0.0, ge=0.0, le=0.5)
-    """Std (rad) of Gaussian noise added in training to the measured state of every
-    joint whose action is a delta (``delta_actions``), the targets re-expressed
-    relative to the noised state: the demonstrated targets stay where they are and
-    the model learns to steer back to them from a perturbed measurement instead of
-    reading its next motion off the state alone (0: off; never in validation)."""
+    state_noise: float = Field(0.0, ge=0.0, le=2.0)
+    """Gaussian noise added in training to the measured state of every joint whose
+    action is a delta (``delta_actions``), its std in units of that joint's
+    delta-action standard deviation (the joints move on very different scales);
+    the targets are re-expressed relative to the noised state, so the
+    demonstrated targets stay where they are and the model learns to steer back to
+    them from a perturbed measurement instead of reading its next motion off the
+    state alone (0: off; never in validation)."""
     layout_loss_weight: float = Field(0.0, ge=0.0)
     """Weight of the auxiliary loss that regresses the scene layout from the visual tokens."""
     goal_loss_weight: float = Field(0.0, ge=0.0)

@@ -260,8 +260,9 @@ def batch_loss(
     cfg = policy.config
     codec: ActionCodec = policy.codec
     states = samples.states[idx]
-    if augment and train_cfg.state_noise_rad > 0:
-        states = perturb_states(states, cfg.delta_actions, train_cfg.state_noise_rad, generator)
+    if augment and train_cfg.state_noise > 0:
+        std = train_cfg.state_noise * codec.stats.action_std * np.asarray(cfg.delta_actions)
+        states = perturb_states(states, std, generator)
     chunk_norm = torch.from_numpy(codec.encode_actions(samples.chunks(idx), states))
     state_norm = torch.from_numpy(codec.normalize_state(states))
     images = torch.from_numpy(samples.image_batch(idx)).float().div_(255.0)
@@ -297,13 +298,10 @@ def batch_loss(
     return flow, aux
 
 
-def perturb_states(
-    states: np.ndarray, delta_dims: list[bool], std_rad: float, generator: torch.Generator
-) -> np.ndarray:
-    """``states`` with Gaussian noise of ``std_rad`` on the ``delta_dims`` columns only."""
-    mask = torch.tensor(delta_dims, dtype=torch.float64)
-    noise = torch.randn(states.shape, generator=generator, dtype=torch.float64) * std_rad
-    return states + (noise * mask).numpy().astype(states.dtype)
+def perturb_states(states: np.ndarray, std: np.ndarray, generator: torch.Generator) -> np.ndarray:
+    """``states`` ``[N, A]`` plus Gaussian noise of std ``std`` ``[A]`` (0: untouched)."""
+    noise = torch.randn(states.shape, generator=generator, dtype=torch.float64).numpy()
+    return (states + noise * np.asarray(std, dtype=np.float64)).astype(states.dtype)
 
 
 def _sample_beta(
