@@ -6,13 +6,17 @@ Layout (robomimic / LIBERO convention, see docs/INTERFACES.md)::
     data/demo_<i>/obs/wrist_image      [T, h, w, 3] uint8
     data/demo_<i>/obs/state            [T, 7] float32  measured joints + gripper
     data/demo_<i>/actions              [T, 7] float32  target for time t_k
-    attrs: instruction, task, init_state_id, seed, split, dt_action_s, success
+    attrs: instruction, task, init_state_id, seed, split, dt_action_s, success,
+           perturb_scale (executed-noise scale; 0 for clean demonstrations)
 
 One observation and one action per policy step (``dt_action_s = 0.1``);
 between policy steps the env runs at 100 Hz on targets linearly interpolated
 between the expert's consecutive 0.1 s targets. Training episodes use the
 ``train`` initial states, disjoint from the 50 evaluation states, and record
-the canonical instruction (paraphrases stay held out).
+the canonical instruction (paraphrases stay held out). With ``--perturb
+SCALE`` the executed arm targets carry a smooth random offset
+(:mod:`vla_edge.sim.perturb`) while the recorded actions stay the expert's
+own targets, so the demonstrations show the way back to the expert's path.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from vla_edge.core.types import Observation
 from vla_edge.runners.base import Runner
 from vla_edge.runners.expert import ExpertRunner
 from vla_edge.sim.env import CAMERAS, TabletopEnv
+from vla_edge.sim.perturb import ExecutionPerturbation, segment_gate
 from vla_edge.sim.tasks import SUITE, Split, get_task, list_tasks
 
 DT_ACTION_S = 0.1
@@ -67,6 +72,8 @@ class Episode:
     """Recovery episodes: sim time at which the expert took over from the policy."""
     scene_xy: dict[str, np.ndarray] | None = None
     """Recovery episodes: xy of every object and of the target at the hand-over."""
+    perturb_scale: float = 0.0
+    """Scale of the executed-target noise (0: a clean demonstration)."""
     solved_by_policy: bool = False
     """Recovery episodes with ``failures_only``: the policy met the task before the
     hand-over, so the expert never took over and nothing is recorded."""
@@ -80,12 +87,21 @@ def rollout_expert(
     split: Split = "train",
     render: bool = True,
     success_hold_s: float = SUCCESS_HOLD_S,
+    perturbation: ExecutionPerturbation | None = None,
 ) -> Episode:
-    """Run the expert on one initial state at 100 Hz, observing every ``dt_action_s``."""
+    """Run the expert on one initial state at 100 Hz, observing every ``dt_action_s``.
+
+    With ``perturbation`` the executed arm targets are offset by it (the recorded
+    actions are the expert's own targets).
+    """
     wall0 = time.perf_counter()
     obs = env.reset(task, init_state_id, split=split)
     episode = Episode(task, int(init_state_id), split, env.instruction, False)
-    _record(env, runner, episode, obs, get_task(task).budget_s, render, success_hold_s)
+    if perturbation is not None and perturbation.active:
+        episode.perturb_scale = float(perturbation.scale)
+    _record(
+        env, runner, episode, obs, get_task(task).budget_s, render, success_hold_s, perturbation
+    )
     episode.wall_s = time.perf_counter() - wall0
     return episode
 
@@ -165,12 +181,18 @@ def _record(
     budget_s: float,
     render: bool,
     success_hold_s: float,
+    perturbation: ExecutionPerturbation | None = None,
 ) -> None:
-    """Drive the expert from ``obs`` for up to ``budget_s``, appending to ``episode``."""
+    """Drive the expert from ``obs`` for up to ``budget_s``, appending to ``episode``.
+
+    ``perturbation`` offsets what is executed, never what is recorded.
+    """
     n_steps = int(round(budget_s / DT_ACTION_S))
     episode.images = {cam: [] for cam in env.cameras} if render else {}
     prev_q = env.state()[:6]
     success_since_s: float | None = None
+    offset = np.zeros(len(env.joint_names))
+    perturbed = perturbation is not None and perturbation.active
     for k in range(n_steps):
         if k > 0:
             obs = env.observe(render=render)
@@ -179,7 +201,13 @@ def _record(
             episode.images[cam].append(obs.images[cam])
         episode.states.append(obs.state.astype(np.float32))
         episode.actions.append(chunk.positions[0].astype(np.float32))
-        for _ in _steps_toward(env, chunk.positions[0], chunk.positions[1]):
+        a0, a1 = chunk.positions[0] + offset, chunk.positions[1]
+        if perturbed:
+            label, progress = runner.expert.segment_at(env.time_s + DT_ACTION_S)
+            offset = np.zeros_like(offset)
+            offset[:6] = perturbation.step(segment_gate(label, progress))
+            a1 = a1 + offset
+        for _ in _steps_toward(env, a0, a1):
             q = env.state()[:6]
             speed = float(np.max(np.abs(q - prev_q))) / env.control_dt_s
             episode.max_joint_speed_rad_per_s = max(episode.max_joint_speed_rad_per_s, speed)
@@ -218,6 +246,7 @@ def write_episode(group: h5py.Group, episode: Episode, seed: int) -> None:
     group.attrs["dt_action_s"] = DT_ACTION_S
     group.attrs["success"] = episode.success
     group.attrs["num_samples"] = len(episode.actions)
+    group.attrs["perturb_scale"] = float(episode.perturb_scale)
     if episode.handover_s is not None:
         group.attrs["handover_s"] = episode.handover_s
     if episode.scene_xy is not None:
@@ -237,6 +266,7 @@ def collect(
     handover_range_s: tuple[float, float] = HANDOVER_RANGE_S,
     threads: int = 1,
     failures_only: bool = False,
+    perturb_scale: float = 0.0,
 ) -> dict[str, dict[str, float]]:
     """Record ``episodes_per_task`` successful expert episodes per task.
 
@@ -247,7 +277,9 @@ def collect(
     from ``handover_range_s``; with ``failures_only`` runs the policy solves
     before the hand-over are skipped (not counted against
     ``max_attempts_factor``; at most ``FAILURES_ONLY_MAX_RUNS_FACTOR`` runs per
-    requested episode in all). Returns per-task statistics (successes,
+    requested episode in all). With ``perturb_scale`` > 0 every expert
+    episode is executed with :class:`ExecutionPerturbation` noise of that scale
+    (not with ``recover_with``). Returns per-task statistics (successes,
     attempts, runs solved by the policy, mean wall time).
     """
     for name in tasks:
@@ -257,6 +289,13 @@ def collect(
         raise ConfigError(f"handover_range_s = {handover_range_s}: need 0 <= low <= high")
     if failures_only and recover_with is None:
         raise ConfigError("failures_only needs recover_with: it selects recovery episodes")
+    if perturb_scale and recover_with is not None:
+        raise ConfigError(
+            f"perturb_scale = {perturb_scale} with recover_with: perturbation applies to "
+            "expert demonstrations only"
+        )
+    # validates the scale before any episode runs
+    ExecutionPerturbation(perturb_scale, np.random.default_rng(0), DT_ACTION_S)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = TabletopEnv(image_height=image_size, image_width=image_size, split="train")
     runner = ExpertRunner(env)
@@ -294,7 +333,15 @@ def collect(
                     attempts += 1
                     bar.set_postfix_str(f"{name} #{init_id}")
                     if policy is None:
-                        episode = rollout_expert(env, runner, name, init_id, split="train")
+                        perturbation = None
+                        if perturb_scale > 0.0:
+                            noise_rng = np.random.default_rng((seed, init_id))
+                            perturbation = ExecutionPerturbation(
+                                perturb_scale, noise_rng, DT_ACTION_S
+                            )
+                        episode = rollout_expert(
+                            env, runner, name, init_id, split="train", perturbation=perturbation
+                        )
                     else:
                         handover_s = float(rng.uniform(lo, hi))
                         episode = rollout_recovery(
@@ -358,6 +405,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="recovery episodes: skip runs the policy solves before the hand-over",
     )
     parser.add_argument("--threads", type=int, default=1, help="policy inference threads")
+    parser.add_argument(
+        "--perturb",
+        type=float,
+        default=0.0,
+        metavar="SCALE",
+        help="execute expert demonstrations with smooth joint noise of this scale "
+        "(DART-style; the recorded actions stay the expert's; 0: off)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -384,6 +439,7 @@ def run(args: argparse.Namespace) -> int:
             handover_range_s=(args.handover_s[0], args.handover_s[1]),
             threads=args.threads,
             failures_only=args.failures_only,
+            perturb_scale=args.perturb,
         )
     except ConfigError as exc:
         raise SystemExit(str(exc)) from None

@@ -218,6 +218,13 @@ class ScriptedExpert:
             self._plan_pick(builder, task, scene)
         return builder.segments
 
+    def segment_at(self, t_s: float) -> tuple[str, float]:
+        """Label of the plan segment active at ``t_s`` and the progress through it in [0, 1]."""
+        segments = self.plan()
+        seg = next((seg for seg in segments if t_s < seg.t1_s), segments[-1])
+        span = max(seg.t1_s - seg.t0_s, 1e-9)
+        return seg.label, float(np.clip((t_s - seg.t0_s) / span, 0.0, 1.0))
+
     def _grasp(self, task: Task, scene: SceneState, start_yaw: float) -> tuple[np.ndarray, float]:
         if self._grasp_lock is not None:
             return self._grasp_lock
