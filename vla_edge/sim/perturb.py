@@ -103,7 +103,6 @@ class ExecutionPerturbation:
         self.rng = rng
         self.decay = math.exp(-dt_action_s / tau_s)
         self._state = np.zeros_like(self.std_rad)
-        self.offset_rad = np.zeros_like(self.std_rad)
 
     @property
     def active(self) -> bool:
@@ -114,8 +113,7 @@ class ExecutionPerturbation:
         """Advance one action step; return the offset ``[n_joints]`` to execute now."""
         shock = self.rng.standard_normal(self._state.shape)
         self._state = self.decay * self._state + math.sqrt(1.0 - self.decay**2) * shock
-        self.offset_rad = float(gate) * self.std_rad * self._state
-        return self.offset_rad.copy()
+        return float(gate) * self.std_rad * self._state
 
 
 __all__ = ["DEFAULT_STD_RAD", "DEFAULT_TAU_S", "ExecutionPerturbation", "segment_gate"]
