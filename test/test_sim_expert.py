@@ -9,9 +9,9 @@ from vla_edge.runners.base import Runner
 from vla_edge.runners.expert import ExpertRunner
 from vla_edge.sim.collect import rollout_expert
 from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
-from vla_edge.sim.expert import hand_yaw_rad, nearest_equivalent
+from vla_edge.sim.expert import ScriptedExpert, hand_yaw_rad, nearest_equivalent
 from vla_edge.sim.ik import ArmIK, quat_error, yaw_down_quat
-from vla_edge.sim.tasks import HOME_ARM_QPOS_RAD, list_tasks
+from vla_edge.sim.tasks import BLOCK_HALF_M, HOME_ARM_QPOS_RAD, list_tasks
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +87,32 @@ def test_expert_solves_one_episode_of_each_task_without_penetration(env, task):
     assert episode.penetrating_contacts == 0
     assert episode.max_joint_speed_rad_per_s < 1.5
     assert episode.duration_s < env.task.budget_s
+
+
+@pytest.mark.parametrize("init_state_id", [15, 39, 3])
+def test_push_turns_the_hand_at_most_a_quarter_turn_and_lands_clear_of_the_block(
+    env, init_state_id
+):
+    # eval init states 15 and 39 push at about 90 degrees from the start heading,
+    # 3 at about -69: the pads' side and the fingertips' side push alike
+    env.reset("push_blue_block_to_target", init_state_id, split="eval")
+    expert = ScriptedExpert(env)
+    expert.reset()
+    scene = env.scene_state()
+    segments = {seg.label: seg for seg in expert.plan(scene)}
+    _, start_quat = env.ee_pose()
+    turn_rad = segments["push"].yaw1_rad - hand_yaw_rad(start_quat)
+    assert abs(turn_rad) <= np.pi / 4.0 + 1e-9
+    block_xy = scene.positions_m["blue_block"][:2]
+    landing_m = np.linalg.norm(segments["descend"].pos1_m[:2] - block_xy)
+    # block half-width + finger half-width + the clearance the policy's error needs
+    assert landing_m >= BLOCK_HALF_M + 0.011 + 0.025
+    episode = rollout_expert(
+        env,
+        ExpertRunner(env),
+        "push_blue_block_to_target",
+        init_state_id,
+        split="eval",
+        render=False,
+    )
+    assert episode.success

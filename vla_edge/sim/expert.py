@@ -41,6 +41,10 @@ GRASP_ABOVE_CENTRE_M = 0.0035
 RELEASE_GAP_M = 0.006
 PUSH_Z_M = 0.017
 PUSH_SPEED_M_PER_S = 0.05
+PUSH_YAW_PERIOD_RAD = np.pi / 2.0
+# Extra clearance behind the block where the push descends: a hand that comes
+# down a little short still lands on the table, not on the block's edge.
+PUSH_STANDOFF_CLEARANCE_M = 0.026
 # Wait this long at the start of an episode: a first chunk that arrives late
 # (simulated inference delay) then still starts where the arm stands.
 START_DWELL_S = 0.3
@@ -278,9 +282,11 @@ class ScriptedExpert:
 
     def _plan_push(self, b: _Builder, task: Task, scene: SceneState) -> None:
         start, u = self._push_lock or _push_line(task, scene)
-        # fingers closed; the pads' flat side (normal = hand y) faces the push direction
-        yaw = nearest_equivalent(float(np.arctan2(-u[0], u[1])), b.yaw, np.pi)
-        standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + 0.015
+        # Closed, the two fingers make a near-square block (22 x 21 mm): the pads'
+        # side (normal = hand y) and the fingertips' side (normal = hand x) push
+        # alike, so the hand turns at most a quarter turn either way.
+        yaw = nearest_equivalent(float(np.arctan2(-u[0], u[1])), b.yaw, PUSH_YAW_PERIOD_RAD)
+        standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + PUSH_STANDOFF_CLEARANCE_M
         pre = start - standoff_m * u
         end = scene.target_xy_m - (BLOCK_HALF_M + 0.01 + 0.002) * u
         approach_z = b.approach_z(pre, PUSH_Z_M, fingers_open=False)
