@@ -94,7 +94,7 @@ def test_push_turns_the_hand_at_most_a_quarter_turn_and_lands_clear_of_the_block
     env, init_state_id
 ):
     # eval init states 15 and 39 push at about 90 degrees from the start heading,
-    # 3 at about -69: the pads' side and the fingertips' side push alike
+    # 3 at about -69: the pads' side and the fingers' edges push alike
     env.reset("push_blue_block_to_target", init_state_id, split="eval")
     expert = ScriptedExpert(env)
     expert.reset()

@@ -283,7 +283,7 @@ class ScriptedExpert:
     def _plan_push(self, b: _Builder, task: Task, scene: SceneState) -> None:
         start, u = self._push_lock or _push_line(task, scene)
         # Closed, the two fingers make a near-square block (22 x 21 mm): the pads'
-        # side (normal = hand y) and the fingertips' side (normal = hand x) push
+        # side (normal = hand y) and the fingers' edges (normal = hand x) push
         # alike, so the hand turns at most a quarter turn either way.
         yaw = nearest_equivalent(float(np.arctan2(-u[0], u[1])), b.yaw, PUSH_YAW_PERIOD_RAD)
         standoff_m = 1.5 * BLOCK_HALF_M + 0.01 + PUSH_STANDOFF_CLEARANCE_M
