@@ -10,10 +10,10 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_edge.config.models import DEFAULT_JOINT_NAMES
+from vla_edge.inference.observation_slot import ObservationSlot
 from vla_edge.nodes.conversions import array_to_image, positions_to_joint_state, s_to_stamp
 from vla_edge.nodes.inference_node import MAX_FUTURE_STAMP_S, InferenceNode
 from vla_edge.nodes.metrics import BadInputCounter
-from vla_edge.nodes.observation_slot import ObservationSlot
 
 CAMS = ("agentview", "wrist")
 NOW_S = 1_700_000_000.0

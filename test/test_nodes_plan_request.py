@@ -6,9 +6,9 @@ import pytest
 from vla_edge.config.models import ControllerConfig
 from vla_edge.control.controller import Controller
 from vla_edge.core.types import ActionChunk
+from vla_edge.inference.prefix import prefix_from_plan
 from vla_edge.nodes.controller_node import plan_request
 from vla_edge.nodes.conversions import stamp_to_s, trajectory_to_chunk
-from vla_edge.nodes.prefix import prefix_from_plan
 from vla_edge.sim.env import JOINT_NAMES
 
 NAMES = list(JOINT_NAMES)

@@ -11,7 +11,7 @@ One tick of ``env.control_dt_s`` (100 Hz) runs, in the order of the graph:
    last one used is there, it runs the runner; the chunk is delivered
    ``inference_delay_s`` (virtual) later, through the injector (``/action_chunk``).
    With the ``prefix`` merge it passes the controller's remaining plan as the
-   executed prefix (``nodes/prefix.py``), as the node does.
+   executed prefix (``inference/prefix.py``), as the node does.
 3. **controller** (``nodes/controller_node.py``; alive unless crashed,
    respawned fresh): see :class:`_ControllerProcess`.
 4. **safety**: a :class:`~vla_edge.safety.supervisor.SafetySupervisor` with its
@@ -41,7 +41,7 @@ from vla_edge.core.stop import StopCategory
 from vla_edge.core.types import ActionChunk, JointCommand, Observation
 from vla_edge.faults.injectors import CpuAffinityCap, Injector, make_injector
 from vla_edge.faults.scenario import FaultScenario
-from vla_edge.nodes.prefix import prefix_from_plan
+from vla_edge.inference.prefix import prefix_from_plan
 from vla_edge.runners.base import Runner, start_noise
 
 DEAD = -1  # watchdog severity recorded while the controller process is dead

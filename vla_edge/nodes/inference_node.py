@@ -37,6 +37,8 @@ from vla_edge.core.errors import (
     InvalidObservationError,
 )
 from vla_edge.core.types import Observation
+from vla_edge.inference.observation_slot import InferenceInput, ObservationSlot
+from vla_edge.inference.prefix import check_plan_joints, prefix_from_plan
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
     checked_stamp_s,
@@ -51,9 +53,7 @@ from vla_edge.nodes.conversions import (
 )
 from vla_edge.nodes.lifecycle import run_node
 from vla_edge.nodes.metrics import BadInputCounter, Histogram
-from vla_edge.nodes.observation_slot import InferenceInput, ObservationSlot
 from vla_edge.nodes.params import config_from_parameters
-from vla_edge.nodes.prefix import check_plan_joints, prefix_from_plan
 from vla_edge.nodes.sim_state import ShadowScene, decode_sim_state
 from vla_edge.runners.base import Runner, start_noise
 

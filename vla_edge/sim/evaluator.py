@@ -36,7 +36,7 @@ from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, Safety
 from vla_edge.control.controller import Controller
 from vla_edge.core.errors import ChunkRejectedError, ConfigError
 from vla_edge.core.types import ActionChunk, Observation
-from vla_edge.nodes.prefix import prefix_from_plan
+from vla_edge.inference.prefix import prefix_from_plan
 from vla_edge.runners.base import Runner, start_noise
 from vla_edge.safety.supervisor import SafetySupervisor
 

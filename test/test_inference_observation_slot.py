@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from vla_edge.core.types import ActionChunk
-from vla_edge.nodes.observation_slot import ObservationSlot
+from vla_edge.inference.observation_slot import ObservationSlot
 
 CAMS = ("agentview", "wrist")
 

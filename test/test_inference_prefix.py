@@ -5,7 +5,7 @@ import pytest
 
 from vla_edge.core.errors import JointMismatchError
 from vla_edge.core.types import ActionChunk
-from vla_edge.nodes.prefix import check_plan_joints, prefix_from_plan
+from vla_edge.inference.prefix import check_plan_joints, prefix_from_plan
 
 
 def _plan(t0, n, dt=0.1):
