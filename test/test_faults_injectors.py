@@ -16,6 +16,7 @@ from vla_edge.faults.injectors import (
     CameraDelay,
     CameraDrop,
     CameraFreeze,
+    CameraStampSkew,
     ChunkNaN,
     ChunkOutOfLimits,
     CpuAffinityCap,
@@ -55,7 +56,13 @@ def test_every_shipped_scenario_validates_and_the_default_suite_lists_them_all()
     default = load_suite("default")
     assert {s.name for s in default} == set(scenarios)
     ros = load_suite("ros")
-    assert {s.name for s in ros} == {"camera_drop", "inference_crash", "estop_reset", "chunk_nan"}
+    assert {s.name for s in ros} == {
+        "camera_drop",
+        "camera_drop_wrist",
+        "inference_crash",
+        "estop_reset",
+        "chunk_nan",
+    }
     assert all(s.ros for s in ros)
     for s in default:
         make_injector(s, position_max=[2.9, 1.8, 2.6, 2.9, 2.0, 3.0, 0.04])
@@ -115,6 +122,28 @@ def test_camera_freeze_repeats_the_last_good_frame_same_stamp_same_pixels():
     assert len(out) == 1 and out[0].stamp_s == 0.9
     assert np.array_equal(out[0].images["agentview"], good.images["agentview"])
     assert inj.camera(frame(2.1), 2.1)[0].stamp_s == 2.1
+
+
+def test_camera_freeze_with_restamp_repeats_the_pixels_under_fresh_stamps():
+    inj = CameraFreeze(scenario("camera_freeze", {"restamp": True}))
+    good = frame(0.9)
+    inj.camera(good, 0.9)
+    out = inj.camera(frame(1.5), 1.5)
+    assert len(out) == 1 and out[0].stamp_s == 1.5
+    assert np.array_equal(out[0].images["agentview"], good.images["agentview"])
+
+
+def test_camera_stamp_skew_moves_the_named_cameras_stamps_inside_the_window_only():
+    inj = CameraStampSkew(
+        scenario("camera_stamp_skew", {"cameras": ["agentview"], "offset_s": -0.4})
+    )
+    assert inj.camera(frame(0.9), 0.9)[0].stamp_s == 0.9
+    assert inj.camera(frame(1.5), 1.5)[0].stamp_s == pytest.approx(1.1)
+    assert inj.camera(frame(2.1), 2.1)[0].stamp_s == 2.1
+    other = CameraStampSkew(scenario("camera_stamp_skew", {"cameras": ["wrist"], "offset_s": 0.4}))
+    assert other.camera(frame(1.5), 1.5)[0].stamp_s == 1.5
+    with pytest.raises(ValueError, match="offset_s"):
+        scenario("camera_stamp_skew", {"offset_s": 0.0})
 
 
 def test_camera_drop_delivers_nothing_during_the_window_only():

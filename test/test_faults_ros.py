@@ -170,7 +170,7 @@ def test_injector_node_relays_frames_and_drops_them_in_the_fault_window(tmp_path
 
 @pytest.mark.ros
 @pytest.mark.slow
-def test_ros_subset_camera_drop_inference_crash_estop_nan_chunk_passes(tmp_path):
+def test_ros_subset_camera_drops_inference_crash_estop_nan_chunk_passes(tmp_path):
     """The ROS-level subset on the real graph: each scenario passes, zero limit violations."""
     out = tmp_path / "faults_ros.json"
     plots = tmp_path / "plots"
@@ -197,6 +197,7 @@ def test_ros_subset_camera_drop_inference_crash_estop_nan_chunk_passes(tmp_path)
     result = json.loads(out.read_text())
     assert set(result["scenarios"]) == {
         "camera_drop",
+        "camera_drop_wrist",
         "inference_crash",
         "estop_reset",
         "chunk_nan",
@@ -209,5 +210,7 @@ def test_ros_subset_camera_drop_inference_crash_estop_nan_chunk_passes(tmp_path)
         assert all(code == 0 for code in r["info"]["exit_codes"].values()), r["info"]
         assert (plots / f"{name}_ros.png").is_file()
     assert result["scenarios"]["inference_crash"]["info"]["restarts"] == {"inference": 1}
-    assert (result["passed"], result["failed"]) == (4, 0)
+    one_camera = result["scenarios"]["camera_drop_wrist"]["info"]["camera_faults"]
+    assert one_camera["wrist.lost"] >= 1 and one_camera["agentview.lost"] == 0, one_camera
+    assert (result["passed"], result["failed"]) == (5, 0)
     assert proc.returncode == 0

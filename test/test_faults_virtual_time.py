@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.config.models import ControllerConfig, InferenceConfig, SafetyConfig
 from vla_edge.config.paths import config_path
 from vla_edge.faults.harness import FaultHarness, HarnessSettings
 from vla_edge.faults.metrics import score
@@ -34,8 +34,11 @@ def harness(configs) -> FaultHarness:
     from vla_edge.runners.expert import ExpertRunner
     from vla_edge.sim.env import TabletopEnv
 
-    env = TabletopEnv(image_height=32, image_width=32, cameras=["agentview"])
-    yield FaultHarness(env, ExpertRunner(env), configs[0], configs[1], HarnessSettings())
+    env = TabletopEnv(image_height=32, image_width=32)  # every camera of the sim graph
+    inference = load_node_params(config_path("inference.yaml"), "inference_node", InferenceConfig)
+    yield FaultHarness(
+        env, ExpertRunner(env), configs[0], configs[1], HarnessSettings(inference=inference)
+    )
     env.close()
 
 

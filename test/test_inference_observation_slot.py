@@ -4,6 +4,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from vla_edge.core.types import ActionChunk
 from vla_edge.inference.observation_slot import ObservationSlot
@@ -35,7 +36,7 @@ def test_nothing_is_taken_without_a_request_or_a_complete_observation():
 
 def test_only_the_newest_frames_are_used_and_older_ones_are_dropped():
     slot = ObservationSlot(CAMS)
-    slot.put_state(0.0, np.ones(7))
+    slot.put_state(4.0, np.ones(7))
     slot.put_instruction("pick")
     for k in range(5):
         _fill(slot, float(k), value=k)
@@ -50,7 +51,7 @@ def test_only_the_newest_frames_are_used_and_older_ones_are_dropped():
 
 def test_observation_stamp_is_the_oldest_camera_frame():
     slot = ObservationSlot(CAMS)
-    slot.put_state(0.0, np.zeros(7))
+    slot.put_state(5.0, np.zeros(7))
     slot.put_instruction("pick")
     slot.put_image("agentview", 5.0, _img(0))
     slot.put_image("wrist", 4.9, _img(0))
@@ -111,3 +112,87 @@ def test_joint_states_with_equal_stamps_pair_the_frame_with_the_newest():
     _fill(slot, 1.0)
     slot.request(None, 1.0)
     assert slot.take(0.01).observation.state[0] == 4.0
+
+
+class _Clock:
+    def __init__(self, now_s: float) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _stream(slot, clock, t0, t1, cameras=CAMS, period_s=0.1):
+    """Frames and joint states stamped on ``clock`` from ``t0`` to ``t1``."""
+    t = t0
+    while t < t1 - 1e-9:
+        clock.now_s = t
+        slot.put_state(t, np.zeros(7))
+        for cam in cameras:
+            slot.put_image(cam, t, _img(int(t * 10) % 256))
+        t += period_s
+    clock.now_s = t
+    return t
+
+
+def test_observation_is_as_old_as_its_joint_state_when_joint_states_stop():
+    clock = _Clock(10.0)
+    slot = ObservationSlot(CAMS, clock=clock)
+    slot.put_instruction("pick")
+    slot.put_state(9.5, np.zeros(7))
+    _fill(slot, 10.0)
+    slot.request(None, 10.0)
+    obs = slot.take(0.01).observation
+    assert obs.stamp_s == 9.5
+    assert obs.image_stamps_s == {"agentview": 10.0, "wrist": 10.0}
+
+
+def test_observation_holds_only_the_policy_cameras_and_an_unused_one_may_drop():
+    clock = _Clock(0.0)
+    slot = ObservationSlot(CAMS, required=("agentview",), clock=clock)
+    slot.put_instruction("pick")
+    t = _stream(slot, clock, 0.0, 1.0)
+    t = _stream(slot, clock, t, t + 1.0, cameras=("agentview",))  # wrist gone
+    slot.request(None, t)
+    item = slot.take(0.0)
+    assert item is not None and set(item.observation.images) == {"agentview"}
+    assert slot.camera_conditions()["wrist"] == "lost"
+
+
+def test_no_observation_while_a_required_camera_is_lost_and_diagnostics_name_it():
+    clock = _Clock(0.0)
+    slot = ObservationSlot(CAMS, clock=clock)
+    slot.put_instruction("pick")
+    t = _stream(slot, clock, 0.0, 1.0)
+    t = _stream(slot, clock, t, t + 1.0, cameras=("agentview",))
+    slot.request(None, t)
+    assert slot.take(0.0) is None
+    values = slot.camera_diagnostics()
+    assert values["camera.wrist.condition"] == "lost" and values["camera.wrist.lost"] == 1
+    assert values["camera.agentview.condition"] == "ok"
+
+
+@pytest.mark.parametrize("step_s", [-0.5, -5.0, -3600.0, 2.0, 3600.0])
+def test_after_a_clock_step_the_next_observation_on_the_new_clock_is_taken(step_s):
+    clock = _Clock(1000.0)
+    slot = ObservationSlot(CAMS, clock=clock)
+    slot.put_instruction("pick")
+    t = _stream(slot, clock, 1000.0, 1001.0)
+    slot.request(None, t)
+    assert slot.take(0.0) is not None
+    slot.mark_published(t)
+    t = _stream(slot, clock, t + step_s, t + step_s + 0.1)  # one frame after the step
+    slot.request(None, t)
+    item = slot.take(0.0)
+    assert item is not None and item.observation.stamp_s == pytest.approx(t - 0.1)
+    assert slot.clock_steps == 1
+    assert slot.camera_conditions() == {"agentview": "ok", "wrist": "ok"}
+
+
+def test_a_frame_stamped_beyond_max_future_is_refused():
+    clock = _Clock(50.0)
+    slot = ObservationSlot(CAMS, clock=clock, max_future_s=1.0)
+    slot.put_image("wrist", 52.0, _img(0))
+    slot.put_state(52.0, np.zeros(7))
+    assert slot.future_stamps == 2
+    assert slot.camera_conditions()["wrist"] == "waiting"

@@ -174,6 +174,16 @@ class InferenceConfig(_Strict):
     remote_url: str = "ws://127.0.0.1:8000"
     remote_timeout_s: float = Field(1.0, gt=0.0, le=60.0)
     min_period_s: float = Field(0.0, ge=0.0, le=60.0)
+    # Per-camera health (vla_edge/inference/camera_health.py): a camera with no frame of a
+    # newer stamp for camera_timeout_s is lost (or frozen when frames still arrive), one
+    # whose pixels stay identical for camera_freeze_s while the scene moves is frozen, and
+    # the policy's cameras may disagree in stamp by at most max_camera_skew_s.
+    camera_timeout_s: float = Field(0.5, gt=0.0, le=30.0)
+    camera_freeze_s: float = Field(0.5, gt=0.0, le=30.0)
+    max_camera_skew_s: float = Field(0.3, gt=0.0, le=10.0)
+    # A forward gap between two readings of the node's clock larger than this is a clock
+    # step (readings come at least every worker poll, 0.2 s); a backward one always is.
+    clock_step_threshold_s: float = Field(1.0, gt=0.2, le=60.0)
 
     @property
     def runner_flow_steps(self) -> int | None:

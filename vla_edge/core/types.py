@@ -18,12 +18,15 @@ class Observation:
         state: proprioceptive state ``[A]``: joint positions (rad) then the
             gripper opening (m), in the order of the robot's joint names.
         instruction: the natural-language task instruction.
+        image_stamps_s: camera name -> capture stamp of its image; ``stamp_s`` is
+            never later than the oldest of them (empty when not known).
     """
 
     stamp_s: float
     images: dict[str, np.ndarray]
     state: np.ndarray
     instruction: str
+    image_stamps_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

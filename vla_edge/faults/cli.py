@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.config.models import ControllerConfig, InferenceConfig, SafetyConfig
 from vla_edge.config.paths import config_path
 
 
@@ -93,7 +93,13 @@ def run(args: argparse.Namespace) -> int:
             scenarios,
             controller_cfg,
             safety_cfg,
-            HarnessSettings(task=args.task, init_state_id=args.init_state),
+            HarnessSettings(
+                task=args.task,
+                init_state_id=args.init_state,
+                inference=load_node_params(
+                    config_path("inference.yaml"), "inference_node", InferenceConfig
+                ),
+            ),
             image_size=args.image_size,
             plots_dir=args.plots,
             progress=progress,

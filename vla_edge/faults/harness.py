@@ -3,15 +3,17 @@
 One tick of ``env.control_dt_s`` (100 Hz) runs, in the order of the graph:
 
 1. **sim**: measures the joints (``/joint_states``) and, every
-   ``camera_period_s``, captures a frame stamped with the system clock
-   (``/camera/<name>/image_raw``); both pass through the injector.
-2. **inference** (``nodes/inference_node.py``; alive unless crashed): keeps
-   the newest delivered frame and joint state; when the controller asks for a
-   chunk (``/controller/plan``), none is in flight and a frame newer than the
-   last one used is there, it runs the runner; the chunk is delivered
-   ``inference_delay_s`` (virtual) later, through the injector (``/action_chunk``).
-   With the ``prefix`` merge it passes the controller's remaining plan as the
-   executed prefix (``inference/prefix.py``), as the node does.
+   ``camera_period_s``, captures one frame per camera stamped with the system
+   clock (``/camera/<name>/image_raw``); each passes through the injector on its own.
+2. **inference** (``nodes/inference_node.py``; alive unless crashed): the
+   node's own :class:`~vla_edge.inference.observation_slot.ObservationSlot`
+   keeps the newest frame per camera (with its health) and the joint states;
+   the controller's request (``/controller/plan``) is put in the slot, and when
+   no chunk is in flight and the slot has a new, healthy observation it runs
+   the runner; the chunk is delivered ``inference_delay_s`` (virtual) later,
+   through the injector (``/action_chunk``). With the ``prefix`` merge it
+   passes the controller's remaining plan as the executed prefix
+   (``inference/prefix.py``), as the node does.
 3. **controller** (``nodes/controller_node.py``; alive unless crashed,
    respawned fresh): see :class:`_ControllerProcess`.
 4. **safety**: a :class:`~vla_edge.safety.supervisor.SafetySupervisor` with its
@@ -20,19 +22,27 @@ One tick of ``env.control_dt_s`` (100 Hz) runs, in the order of the graph:
 5. **env** steps with the safe command.
 
 The system clock is the simulated time plus the injector's clock step, so a
-clock jump moves every stamp and every ``now`` together. Everything the
-metrics need is recorded per tick in a :class:`Trace`.
+clock jump moves every stamp and every ``now`` together; the timers of the sim
+and of the injector run on simulated (episode) time, as the nodes' rate loops
+run on a steady clock. Everything the metrics need is recorded per tick in a
+:class:`Trace`.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
+from vla_edge.config.models import (
+    DEFAULT_NOISE_SCALE,
+    ControllerConfig,
+    InferenceConfig,
+    SafetyConfig,
+)
 from vla_edge.control.controller import Controller
 from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
@@ -41,10 +51,31 @@ from vla_edge.core.stop import StopCategory
 from vla_edge.core.types import ActionChunk, JointCommand, Observation
 from vla_edge.faults.injectors import CpuAffinityCap, Injector, make_injector
 from vla_edge.faults.scenario import FaultScenario
+from vla_edge.inference.camera_health import CameraHealthLimits
+from vla_edge.inference.observation_slot import ObservationSlot, required_cameras
 from vla_edge.inference.prefix import prefix_from_plan
 from vla_edge.runners.base import Runner, start_noise
 
 DEAD = -1  # watchdog severity recorded while the controller process is dead
+# Slack when comparing an episode time with a deadline on the same grid.
+TIME_EPS_S = 1e-9
+
+
+class _SystemClock:
+    """The harness's system clock, read by the components that keep their own time."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _add_counts(total: dict[str, int], counts: dict[str, int]) -> dict[str, int]:
+    """``total += counts`` key by key; returns ``total``."""
+    for key, n in counts.items():
+        total[key] = total.get(key, 0) + n
+    return total
 
 
 @dataclass
@@ -60,6 +91,10 @@ class HarnessSettings:
         stop_on_success: end the episode when the task succeeds (benchmarks).
         seed: seed of the flow-matching noise passed to learned runners.
         noise_scale: standard deviation of that noise.
+        required_cameras: the cameras the policy reads (``None``: the runner's
+            cameras, or every rendered camera when the runner reads none, as the
+            scripted expert standing in for a vision policy).
+        inference: the inference node's parameters (camera health, clock steps).
     """
 
     task: str = "lift_green_block"
@@ -70,6 +105,8 @@ class HarnessSettings:
     stop_on_success: bool = False
     seed: int = 0
     noise_scale: float = DEFAULT_NOISE_SCALE
+    required_cameras: tuple[str, ...] | None = None
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
 
 
 @dataclass
@@ -219,9 +256,8 @@ class FaultHarness:
 
         safety = SafetySupervisor(self.safety_config, initial_positions=obs0.state.copy())
         controller: _ControllerProcess | None = _ControllerProcess(cfg, obs0.state.copy(), 0.0)
-        latest_frame: Observation | None = None
-        last_used_stamp_s = float("-inf")
-        inference_state: np.ndarray | None = None
+        system_clock = _SystemClock()
+        slot: ObservationSlot | None = self._slot(system_clock, instruction)
         last_js: np.ndarray | None = obs0.state.copy()
         pending: tuple[float, ActionChunk] | None = None
         next_frame_s = 0.0
@@ -230,23 +266,25 @@ class FaultHarness:
         infer_wall_ms: list[float] = []
         restarts = {"inference": 0, "controller": 0}
         was_alive = {"inference": True, "controller": True}
+        camera_faults: dict[str, int] = {}
         nan_row = np.full(len(cfg.joint_names), np.nan)
         rng = np.random.default_rng([settings.seed, settings.init_state_id])
         accepted_total = rejected_total = 0
 
         for _ in range(ticks):
             t = env.time_s
-            clock = t + inj.clock_offset_s(t)
+            clock = system_clock.now_s = t + inj.clock_offset_s(t)
 
-            # 1. sim: joint state and camera frame
+            # 1. sim: joint state and one frame per camera
             measured = env.state()
             js = inj.joint_state(measured.copy(), t)
-            frame = None
-            if t + 1e-9 >= next_frame_s:
+            delivered = inj.camera(None, t)
+            if t + TIME_EPS_S >= next_frame_s:
                 next_frame_s += settings.camera_period_s
                 captured = env.observe(render=True)
-                frame = Observation(clock, captured.images, measured.copy(), instruction)
-            delivered = inj.camera(frame, t)
+                for cam, image in captured.images.items():
+                    frame = Observation(clock, {cam: image}, measured.copy(), instruction)
+                    delivered.extend(inj.camera(frame, t))
 
             # e-stop button (operator) and reset service
             pressed = inj.estop_pressed(t)
@@ -265,8 +303,11 @@ class FaultHarness:
                 if alive[p] and not was_alive[p]:
                     restarts[p] += 1
             if not alive["inference"]:
-                pending, latest_frame, inference_state = None, None, None
-                last_used_stamp_s = float("-inf")
+                if slot is not None:
+                    _add_counts(camera_faults, slot.health.counters())
+                pending, slot = None, None
+            elif slot is None:
+                slot = self._slot(system_clock, instruction)
             if not alive["controller"]:
                 controller = None
             elif controller is None:
@@ -275,43 +316,39 @@ class FaultHarness:
             was_alive = alive
 
             # 2. inference node inputs; the controller's joint-state heartbeat
-            if alive["inference"]:
-                if delivered:
-                    latest_frame = delivered[-1]
+            if slot is not None:
+                for frame in delivered:
+                    for cam, image in frame.images.items():
+                        slot.put_image(cam, frame.stamp_s, image)
                 if js is not None:
-                    inference_state = js
+                    slot.put_state(clock, js)
             if controller is not None and js is not None:
                 controller.watchdog.beat("joint_state", clock)
 
             # chunk arrival
-            if pending is not None and t + 1e-9 >= pending[0]:
+            if pending is not None and t + TIME_EPS_S >= pending[0]:
                 chunk = inj.chunk(pending[1], t)
                 pending = None
+                if slot is not None:
+                    slot.mark_published(clock)
                 if chunk is not None and controller is not None:
                     if controller.on_chunk(chunk, clock):
                         accepted_total += 1
                     else:
                         rejected_total += 1
 
-            # inference request from the controller's trigger
-            if (
-                alive["inference"]
-                and pending is None
-                and controller is not None
-                and latest_frame is not None
-                and latest_frame.stamp_s > last_used_stamp_s
-                and inference_state is not None
-                and controller.wants_chunk(clock)
-            ):
-                last_used_stamp_s = latest_frame.stamp_s
-                obs = Observation(
-                    latest_frame.stamp_s, latest_frame.images, inference_state, instruction
-                )
+            # the controller's request; inference on a new, healthy observation
+            spec = self.runner.spec
+            if slot is not None and controller is not None and controller.wants_chunk(clock):
+                plan = controller.core.prefix_plan(clock) if spec.supports_prefix else None
+                slot.request(plan, clock)
+            item = slot.take(0.0) if slot is not None and pending is None else None
+            if item is not None:
+                obs = item.observation
                 prefix, prefix_len = None, 0
-                spec = self.runner.spec
                 if spec.supports_prefix:
                     prefix, prefix_len = prefix_from_plan(
-                        controller.core.prefix_plan(clock),
+                        item.plan,
                         obs.stamp_s,
                         spec.chunk_horizon,
                         spec.dt_action_s,
@@ -349,7 +386,7 @@ class FaultHarness:
             trace.safety_rejected.append(int(safety.counters.get("rejected", 0)))
             trace.safety_limited.append(int(safety.counters.get("limited_ticks", 0)))
 
-            if env.time_s + 1e-9 >= next_success_s:
+            if env.time_s + TIME_EPS_S >= next_success_s:
                 next_success_s += settings.success_check_period_s
                 if not trace.success and env.success():
                     trace.success = True
@@ -370,12 +407,33 @@ class FaultHarness:
                 },
                 "inference_wall_ms_p50": float(np.median(infer_wall_ms)) if infer_wall_ms else None,
                 "safety_counters": dict(safety.counters),
+                "camera_faults": _add_counts(
+                    camera_faults, slot.health.counters() if slot is not None else {}
+                ),
+                "inference_clock_steps": slot.clock_steps if slot is not None else 0,
                 "controller_counters": dict(controller.core.counters) if controller else {},
             }
         )
         if isinstance(inj, CpuAffinityCap):
             trace.info["cpu_cap_slowdown"] = inj.slowdown
         return trace
+
+    def _slot(self, clock: Callable[[], float], instruction: str) -> ObservationSlot:
+        """A fresh inference node's observation slot (at start and on a respawn)."""
+        cfg = self.settings.inference
+        cameras = tuple(self.env.cameras)
+        required = self.settings.required_cameras or required_cameras(
+            self.runner.spec.cameras, cameras
+        )
+        slot = ObservationSlot(
+            cameras,
+            required=required,
+            clock=clock,
+            limits=CameraHealthLimits.from_config(cfg),
+            clock_step_threshold_s=cfg.clock_step_threshold_s,
+        )
+        slot.put_instruction(instruction)
+        return slot
 
     def _infer(
         self,

@@ -34,7 +34,9 @@ from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.faults.scenario import (
     CameraDelayParams,
+    CameraFreezeParams,
     CameraParams,
+    CameraSkewParams,
     ChunkJointParams,
     ClockJumpParams,
     CpuCapParams,
@@ -126,13 +128,14 @@ class CameraDelay(Injector):
 
 
 class CameraFreeze(Injector):
-    """The driver republishes its last good frame: same stamp, same pixels."""
+    """The driver republishes its last good frame: same pixels, same stamp unless ``restamp``."""
 
     def __init__(self, scenario: FaultScenario) -> None:
         super().__init__(scenario)
         params = scenario.typed_params()
-        assert isinstance(params, CameraParams)
+        assert isinstance(params, CameraFreezeParams)
         self.cameras = tuple(params.cameras)
+        self.restamp = params.restamp
         self._last: dict[tuple[str, ...], Observation] = {}
 
     def camera(self, frame: Observation | None, t_s: float) -> list[Observation]:
@@ -144,8 +147,29 @@ class CameraFreeze(Injector):
             return [frame]
         if self.active(t_s):
             frozen = self._last.get(key)
-            return [] if frozen is None else [frozen]
+            if frozen is None:
+                return []
+            return [dataclasses.replace(frozen, stamp_s=frame.stamp_s) if self.restamp else frozen]
         self._last[key] = frame
+        return [frame]
+
+
+class CameraStampSkew(Injector):
+    """Frames of the named cameras carry stamps moved by ``offset_s`` (a camera clock off)."""
+
+    def __init__(self, scenario: FaultScenario) -> None:
+        super().__init__(scenario)
+        params = scenario.typed_params()
+        assert isinstance(params, CameraSkewParams)
+        self.cameras = tuple(params.cameras)
+        self.offset_s = params.offset_s
+
+    def camera(self, frame: Observation | None, t_s: float) -> list[Observation]:
+        """The frame restamped while the fault is active."""
+        if frame is None:
+            return []
+        if self.active(t_s) and _affects(frame, self.cameras):
+            return [dataclasses.replace(frame, stamp_s=frame.stamp_s + self.offset_s)]
         return [frame]
 
 
@@ -416,6 +440,7 @@ def make_injector(scenario: FaultScenario, position_max: Sequence[float] | None 
         "camera_delay": CameraDelay,
         "camera_freeze": CameraFreeze,
         "camera_drop": CameraDrop,
+        "camera_stamp_skew": CameraStampSkew,
         "joint_state_loss": JointStateLoss,
         "inference_slowdown": InferenceSlowdown,
         "cpu_cap": CpuAffinityCap,

@@ -23,7 +23,8 @@ Definitions (all times from the fault start, in ms in the result):
   is at ``none``: a false alarm on ``/diagnostics``.
 * **recovered** — within ``recover_within_s`` after the fault clears, a tick
   with no stop anywhere, the controller executing (not holding) and at least
-  one fresh chunk accepted after the fault cleared.
+  one fresh chunk accepted after the fault cleared; ``time_to_recover_ms`` is
+  from the fault's end to that tick.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
             "peak_jerk": None,
             "limit_violations": None,
             "recovered": None,
+            "time_to_recover_ms": None,
             "failures": [],
             "info": trace.info,
         }
@@ -182,6 +184,7 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
 
     # recovery
     recovered: bool | None = None
+    time_to_recover_ms: float | None = None
     if s.end_s is not None:
         stop_i = min(
             n, int(np.searchsorted(t, s.end_s + exp.recover_within_s + state_slack_s + 1e-9))
@@ -193,6 +196,8 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
             & (a["accepted"][end:stop_i] > accepted_at_end)
         )
         recovered = bool(np.any(ok)) if stop_i > end else False
+        if recovered:
+            time_to_recover_ms = (t[end + int(np.argmax(ok))] - s.end_s) * 1e3
 
     failures: list[str] = []
     if limit_violations:
@@ -254,6 +259,7 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
         "limit_violations": limit_violations,
         "measured_gripper_excursion_m": gripper_excursion,
         "recovered": recovered,
+        "time_to_recover_ms": time_to_recover_ms,
         "worst_stop_category": worst.value,
         "expected_stop_category": exp.stop_category.value,
         "declared_stop_while_moving_ticks": false_alarm_ticks,

@@ -34,6 +34,7 @@ from vla_edge.faults.injectors import CpuAffinityCap
 from vla_edge.faults.metrics import score
 from vla_edge.faults.scenario import CHUNK_FAULTS, FaultScenario, camera_names
 from vla_edge.faults.suite import summarize
+from vla_edge.inference.camera_health import CAMERA_FAULT_CONDITIONS
 from vla_edge.nodes import graph as g
 from vla_edge.nodes.graph import NodeSpec
 from vla_edge.nodes.process_group import stop_all
@@ -439,6 +440,7 @@ def run_ros_scenario(
             "restarts": {k.removesuffix("_node"): v for k, v in procs.killed.items()},
             "safety_status": rec.latest("vla_edge/safety"),
             "controller_status": rec.latest("vla_edge/controller"),
+            "camera_faults": camera_fault_counts(rec.latest("vla_edge/inference")),
         }
     )
     if "died" in record:
@@ -453,6 +455,20 @@ def run_ros_scenario(
         trace.info["inference_affinity"] = record["affinity"]
         trace.info["cgroup"] = CpuAffinityCap.cgroup_cap_reason()
     return trace, record
+
+
+def camera_fault_counts(inference_status: dict[str, str]) -> dict[str, int]:
+    """``{"<camera>.<condition>": onsets}`` from the inference node's diagnostics.
+
+    The same keys as the harness's ``camera_faults`` (``camera.<name>.<condition>``
+    on ``/diagnostics``; cumulative, so the newest status holds the run's counts).
+    """
+    counts: dict[str, int] = {}
+    for key, value in inference_status.items():
+        parts = key.split(".")
+        if len(parts) == 3 and parts[0] == "camera" and parts[2] in CAMERA_FAULT_CONDITIONS:
+            counts[f"{parts[1]}.{parts[2]}"] = int(value)
+    return counts
 
 
 def _wait_armed(rec: Recorder, procs: FaultGraphProcesses) -> float:

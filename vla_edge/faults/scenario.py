@@ -37,6 +37,7 @@ FaultType = Literal[
     "camera_delay",
     "camera_freeze",
     "camera_drop",
+    "camera_stamp_skew",
     "joint_state_loss",
     "inference_slowdown",
     "cpu_cap",
@@ -53,7 +54,7 @@ FaultType = Literal[
 SUITES_FILE = "suites.yaml"
 # Files in config/faults that are not scenarios.
 NON_SCENARIO_FILES = frozenset({SUITES_FILE, "fault_injector_node.yaml"})
-CAMERA_FAULTS = frozenset({"camera_delay", "camera_freeze", "camera_drop"})
+CAMERA_FAULTS = frozenset({"camera_delay", "camera_freeze", "camera_drop", "camera_stamp_skew"})
 CHUNK_FAULTS = frozenset({"chunk_nan", "chunk_out_of_limits", "chunk_jump", "chunk_stamp_shift"})
 
 
@@ -73,9 +74,31 @@ class CameraDelayParams(_Strict):
 
 
 class CameraParams(_Strict):
-    """Which cameras a freeze or drop affects."""
+    """Which cameras a drop affects."""
 
     cameras: list[str] = Field(default_factory=lambda: ["agentview", "wrist"], min_length=1)
+
+
+class CameraFreezeParams(CameraParams):
+    """Which cameras freeze, and how the driver repeats the last frame.
+
+    ``restamp = false``: the same frame again (same stamp, same pixels);
+    ``true``: the same pixels under a fresh stamp (a stuck sensor behind a live driver).
+    """
+
+    restamp: bool = False
+
+
+class CameraSkewParams(CameraParams):
+    """The cameras' stamps are moved by ``offset_s`` (a camera clock off by that much)."""
+
+    offset_s: float = Field(ge=-10.0, le=10.0)
+
+    @model_validator(mode="after")
+    def _nonzero(self) -> CameraSkewParams:
+        if self.offset_s == 0.0:
+            raise ValueError("offset_s = 0.0: a stamp skew must be non-zero")
+        return self
 
 
 class SlowdownParams(_Strict):
@@ -148,8 +171,9 @@ class EStopParams(_Strict):
 PARAMS_MODELS: dict[str, type[BaseModel]] = {
     "none": NoParams,
     "camera_delay": CameraDelayParams,
-    "camera_freeze": CameraParams,
+    "camera_freeze": CameraFreezeParams,
     "camera_drop": CameraParams,
+    "camera_stamp_skew": CameraSkewParams,
     "joint_state_loss": NoParams,
     "inference_slowdown": SlowdownParams,
     "cpu_cap": CpuCapParams,

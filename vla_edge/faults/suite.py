@@ -33,19 +33,23 @@ def run_suite(
     safety_config: SafetyConfig,
     settings: HarnessSettings | None = None,
     image_size: int = 32,
-    cameras: Sequence[str] = ("agentview",),
+    cameras: Sequence[str] | None = None,
     plots_dir: str | Path | None = None,
     progress: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run every scenario with the scripted expert in the virtual-time harness.
 
+    Args:
+        cameras: the cameras rendered (default: the sim graph's, every camera).
+
     Returns:
         The ``vla-edge faults run`` JSON dict.
     """
     from vla_edge.runners.expert import ExpertRunner
-    from vla_edge.sim.env import TabletopEnv
+    from vla_edge.sim.env import CAMERAS, TabletopEnv
 
-    env = TabletopEnv(image_height=image_size, image_width=image_size, cameras=list(cameras))
+    cameras = list(CAMERAS if cameras is None else cameras)
+    env = TabletopEnv(image_height=image_size, image_width=image_size, cameras=cameras)
     runner = ExpertRunner(
         env,
         dt_action_s=controller_config.dt_action_s,
@@ -78,7 +82,8 @@ def run_suite(
         "inference_delay_s": harness.settings.inference_delay_s,
         "camera_period_s": harness.settings.camera_period_s,
         "image_size": image_size,
-        "cameras": list(cameras),
+        "cameras": cameras,
+        "required_cameras": list(harness.settings.required_cameras or cameras),
         "policy": "expert",
     }
     return out

@@ -46,7 +46,7 @@ from vla_edge.nodes.conversions import (
     trajectory_to_chunk,
 )
 from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
-from vla_edge.nodes.lifecycle import run_node
+from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
 from vla_edge.nodes.params import config_from_parameters
 
@@ -85,7 +85,7 @@ class ControllerNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, graph.TOPIC_DIAGNOSTICS, 10)
         self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(JointTrajectory, graph.TOPIC_ACTION_CHUNK, self._on_chunk, qos)
-        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         # callbacks and DDS threads one step below the loop, so input is never starved
         self.process_scheduler = try_realtime_process(max(0, self.config.realtime_priority - 1))
         self.loop = FixedRateLoop(

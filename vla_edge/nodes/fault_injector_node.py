@@ -15,7 +15,9 @@ this node only reports the episode clock for them.
 The episode clock starts when the node *arms*: at the first chunk seen on
 ``/action_chunk`` (the graph is up) when ``arm_on_first_chunk``, else when
 ``~/arm`` (``std_srvs/Trigger``) is called. Before that every message passes
-through.
+through. The episode clock re-anchors on a step of the system clock
+(:class:`~vla_edge.core.clock.EpisodeClock`), so a step does not move the fault
+window, and the poll timer runs on the steady clock.
 ``/diagnostics`` (``vla_edge/fault_injector``, 10 Hz) carries ``armed_at_s``
 (system clock), ``active``, message counters and bad input (``bad_input.<cause>``:
 frames that are not ``rgb8`` or whose data do not match their size; like
@@ -43,6 +45,7 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_edge.config.loader import load_node_params, validate_params
 from vla_edge.config.models import FaultInjectorParams, SafetyConfig
 from vla_edge.config.paths import config_path
+from vla_edge.core.clock import EpisodeClock
 from vla_edge.core.errors import InvalidObservationError, VlaEdgeError
 from vla_edge.core.types import Observation
 from vla_edge.faults.injectors import make_injector
@@ -62,12 +65,15 @@ from vla_edge.nodes.conversions import (
     stamp_to_s,
     trajectory_to_chunk,
 )
-from vla_edge.nodes.lifecycle import run_node
+from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
 
 DIAGNOSTIC_NAME = "vla_edge/fault_injector"
 RAW_SUFFIX = "_raw"
 NOT_ARMED_T_S = -1.0e9
+# A forward gap between two readings of the clock beyond this is a step (the poll
+# timer reads it at poll_rate_hz).
+CLOCK_STEP_S = 0.5
 
 
 def params_from_values(values: dict[str, Any]) -> FaultInjectorParams:
@@ -97,7 +103,10 @@ class FaultInjectorNode(Node):
         safety = load_node_params(safety_file, "safety_node", SafetyConfig)
         self.injector = make_injector(self.scenario, position_max=safety.position_max)
         self.dt_action_s = self.params.dt_action_s
-        self.armed_at_s: float | None = None
+        # episode time survives steps of the system clock (read at poll_rate_hz)
+        self.episode = EpisodeClock(
+            forward_threshold_s=max(CLOCK_STEP_S, 5.0 / self.params.poll_rate_hz)
+        )
         self.counters = {"in": 0, "out": 0, "estop_presses": 0, "resets": 0}
         self.bad_input = BadInputCounter(self.get_logger().warning)
         self._estop_down = False
@@ -134,8 +143,8 @@ class FaultInjectorNode(Node):
         if fault == "estop":
             self.estop_pub = self.create_publisher(Bool, graph.TOPIC_ESTOP, qos)
             self.reset_client = self.create_client(Trigger, graph.SERVICE_SAFETY_RESET)
-        self.create_timer(1.0 / self.params.poll_rate_hz, self._on_poll)
-        self.create_timer(1.0 / self.params.diagnostics_rate_hz, self._publish_diagnostics)
+        steady_timer(self, 1.0 / self.params.poll_rate_hz, self._on_poll)
+        steady_timer(self, 1.0 / self.params.diagnostics_rate_hz, self._publish_diagnostics)
         self.get_logger().info(
             f"scenario {self.scenario.name!r}: {fault} at {self.scenario.start_s} s for "
             f"{self.scenario.duration_s} s after the first chunk"
@@ -151,17 +160,21 @@ class FaultInjectorNode(Node):
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
+    @property
+    def armed_at_s(self) -> float | None:
+        """System-clock time of arming, moved by any clock step since (``None``: not armed)."""
+        return self.episode.anchor_s
+
     def episode_t_s(self) -> float:
         """Seconds since the node armed (a large negative number before)."""
-        if self.armed_at_s is None:
-            return NOT_ARMED_T_S
-        return self._now_s() - self.armed_at_s
+        elapsed_s = self.episode.elapsed_s(self._now_s())
+        return NOT_ARMED_T_S if elapsed_s is None else elapsed_s
 
     # --- inputs ---------------------------------------------------------------------------
 
     def _arm(self, why: str) -> None:
-        if self.armed_at_s is None:
-            self.armed_at_s = self._now_s()
+        if not self.episode.started:
+            self.episode.start(self._now_s())
             self.get_logger().info(f"armed: {why}")
 
     def _on_chunk_seen(self, msg: JointTrajectory) -> None:
@@ -253,6 +266,7 @@ class FaultInjectorNode(Node):
             "armed_at_s": repr(self.armed_at_s if self.armed_at_s is not None else float("nan")),
             "episode_t_s": f"{t_s:.3f}",
             "active": int(self.injector.active(t_s)),
+            "clock_steps": self.episode.steps,
             **{k: v for k, v in self.counters.items()},
             **self.bad_input.as_values(),
         }

@@ -37,7 +37,12 @@ from vla_edge.core.errors import (
     InvalidObservationError,
 )
 from vla_edge.core.types import Observation
-from vla_edge.inference.observation_slot import InferenceInput, ObservationSlot
+from vla_edge.inference.camera_health import OK, WAITING, CameraHealthLimits
+from vla_edge.inference.observation_slot import (
+    InferenceInput,
+    ObservationSlot,
+    required_cameras,
+)
 from vla_edge.inference.prefix import check_plan_joints, prefix_from_plan
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
@@ -51,7 +56,7 @@ from vla_edge.nodes.conversions import (
     status_to_diagnostic,
     trajectory_to_chunk,
 )
-from vla_edge.nodes.lifecycle import run_node
+from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter, Histogram
 from vla_edge.nodes.params import config_from_parameters
 from vla_edge.nodes.sim_state import ShadowScene, decode_sim_state
@@ -84,7 +89,14 @@ class InferenceNode(Node):
         spec = self.runner.spec
         self.joint_names = tuple(spec.joint_names)
         self.bad_input = BadInputCounter(self.get_logger().warning)
-        self.slot = ObservationSlot(self.config.cameras)
+        self.slot = ObservationSlot(
+            self.config.cameras,
+            required=required_cameras(spec.cameras, self.config.cameras),
+            clock=self._now_s,
+            limits=CameraHealthLimits.from_config(self.config),
+            max_future_s=MAX_FUTURE_STAMP_S,
+            clock_step_threshold_s=self.config.clock_step_threshold_s,
+        )
         self.rng = np.random.default_rng(self.config.seed)
         self.stage_ms: dict[str, Histogram] = {}
         self.obs_age_ms = Histogram(1.0, 10_000.0)
@@ -120,7 +132,7 @@ class InferenceNode(Node):
             )
         if self.config.instruction.strip():
             self.slot.put_instruction(self.config.instruction.strip())
-        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="inference_worker", daemon=True)
         self._worker.start()
@@ -274,8 +286,6 @@ class InferenceNode(Node):
     def _infer_and_publish(self, item: InferenceInput) -> None:
         spec = self.runner.spec
         obs = item.observation
-        if spec.cameras:  # exactly the runner's cameras (the config may subscribe to more)
-            obs.images = {cam: obs.images[cam] for cam in spec.cameras}
         start_s = self._now_s()
         wall0 = time.perf_counter()
         if self.shadow is not None:
@@ -326,8 +336,20 @@ class InferenceNode(Node):
             values.update({f"errors.{k}": v for k, v in sorted(self.errors.items())})
             values["errors.total"] = sum(self.errors.values())
         values.update(self.bad_input.as_values())
+        values.update(self.slot.camera_diagnostics())
+        values["clock_steps"] = self.slot.clock_steps
         values["warm_up_ms"] = self.warm_up_ms if self.warm_up_ms is not None else "running"
-        if self.warm_up_ms is None:
+        unhealthy = {
+            cam: condition
+            for cam, condition in self.slot.camera_conditions().items()
+            if cam in self.slot.required and condition not in (OK, WAITING)
+        }
+        if unhealthy:
+            level = "ERROR"
+            message = "no observation: camera " + ", ".join(
+                f"{cam} {condition}" for cam, condition in unhealthy.items()
+            )
+        elif self.warm_up_ms is None:
             level, message = "WARN", "warming up the runner"
         elif self.slot.observation_stamp_s() is None:
             level, message = (

@@ -16,8 +16,10 @@ from types import FrameType
 from typing import Any, TypeVar
 
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
+from rclpy.timer import Timer
 
 from vla_edge.core.errors import VlaEdgeError
 
@@ -26,6 +28,16 @@ NodeT = TypeVar("NodeT", bound=Node)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # how long an executor error waits for a stop signal's shutdown to show
 SHUTDOWN_SETTLE_S = 1.0
+
+
+def steady_timer(node: Node, period_s: float, callback: Callable[[], None]) -> Timer:
+    """A timer of ``node`` on the steady clock: a step of the system clock does not stall it.
+
+    A timer on the node's (system) clock waits out a backward step before it
+    fires again; rate loops run on a steady clock instead, and read the system
+    clock only to stamp what they publish.
+    """
+    return node.create_timer(period_s, callback, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
 
 class StopSignals:

@@ -38,7 +38,7 @@ from vla_edge.config.loader import validate_params
 from vla_edge.config.models import SafetyConfig
 from vla_edge.core.errors import InvalidCommandError
 from vla_edge.core.types import JointCommand
-from vla_edge.nodes.lifecycle import run_node
+from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.safety.supervisor import SafetySupervisor
 
 TOPIC_COMMAND_IN = "/controller/command"
@@ -84,7 +84,7 @@ class SafetyNode(Node):
         self.create_subscription(JointState, TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(Bool, TOPIC_ESTOP, self._on_estop, qos)
         self.create_service(Trigger, SERVICE_RESET, self._on_reset)
-        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         # The output loop runs on its own thread (SCHED_FIFO where allowed) so that no
         # callback delays a tick; ``self.lock`` serialises it with them.
         self.scheduler = "not started"

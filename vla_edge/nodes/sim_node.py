@@ -45,7 +45,7 @@ from vla_edge.nodes.conversions import (
     status_to_diagnostic,
 )
 from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
-from vla_edge.nodes.lifecycle import run_node
+from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import config_from_parameters
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
@@ -139,7 +139,7 @@ class SimNode(Node):
         self._t0_wall_s = time.monotonic()
         self._next_joint_state_s = 0.0
         self._next_frame_s = 0.0
-        self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         self.process_scheduler = try_realtime_process(max(0, self.config.realtime_priority - 1))
         self.loop = FixedRateLoop(
             1.0 / self.control_dt_s,

@@ -1,0 +1,92 @@
+"""Steps of a wall clock: what every component that schedules by time re-anchors on.
+
+The system clock can step (an NTP correction, a manual set, a sim-time reset).
+A component that keeps stamps or deadlines on that clock sees a step between two
+successive readings: backwards by any amount, or forwards by more than the
+largest gap its readings normally have. Stored times on the old clock then mean
+nothing (a deadline seconds in the future, a "newest" stamp the new clock will
+not pass for seconds), so the component re-anchors them on the new clock
+instead of waiting for the clock to catch up.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Below this a backward reading is taken as the same instant (two threads reading the
+# clock just before taking the same lock); a real step is far larger.
+BACKWARD_TOLERANCE_S = 1e-3
+
+
+class ClockStepDetector:
+    """Detects a step of a clock between successive readings.
+
+    Args:
+        forward_threshold_s: a forward gap larger than this is a step (it must
+            exceed the longest normal gap between two readings).
+    """
+
+    def __init__(self, forward_threshold_s: float) -> None:
+        if not (math.isfinite(forward_threshold_s) and forward_threshold_s > 0.0):
+            raise ValueError(f"forward_threshold_s = {forward_threshold_s}: must be > 0")
+        self.forward_threshold_s = float(forward_threshold_s)
+        self.last_s: float | None = None
+        self.steps = 0
+
+    def step_s(self, now_s: float) -> float:
+        """Record a reading; the step since the previous one (0.0 when there is none).
+
+        A non-finite reading is ignored (0.0): it is no time to anchor on.
+        """
+        if not math.isfinite(now_s):
+            return 0.0
+        last_s, self.last_s = self.last_s, float(now_s)
+        if last_s is None:
+            return 0.0
+        gap_s = now_s - last_s
+        if gap_s < -BACKWARD_TOLERANCE_S or gap_s > self.forward_threshold_s:
+            self.steps += 1
+            return gap_s
+        return 0.0
+
+
+class EpisodeClock:
+    """Seconds since an anchor on a clock that may step; the anchor moves with each step.
+
+    The fault injector's timers run on it: a step of the system clock moves its
+    episode time by nothing, as the simulated episode time of the harness.
+
+    Args:
+        forward_threshold_s: see :class:`ClockStepDetector`.
+    """
+
+    def __init__(self, forward_threshold_s: float) -> None:
+        self._steps = ClockStepDetector(forward_threshold_s)
+        self.anchor_s: float | None = None
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` was called."""
+        return self.anchor_s is not None
+
+    @property
+    def steps(self) -> int:
+        """Clock steps re-anchored on."""
+        return self._steps.steps
+
+    def start(self, now_s: float) -> None:
+        """Anchor the episode at ``now_s`` (a second call changes nothing)."""
+        self.observe(now_s)
+        if self.anchor_s is None:
+            self.anchor_s = float(now_s)
+
+    def observe(self, now_s: float) -> None:
+        """A reading of the clock; a step moves the anchor by the same amount."""
+        step_s = self._steps.step_s(now_s)
+        if step_s != 0.0 and self.anchor_s is not None:
+            self.anchor_s += step_s
+
+    def elapsed_s(self, now_s: float) -> float | None:
+        """Episode time at ``now_s`` (``None`` before :meth:`start`)."""
+        self.observe(now_s)
+        return None if self.anchor_s is None else now_s - self.anchor_s
