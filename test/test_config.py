@@ -13,6 +13,7 @@ from vla_edge.config import (
     load_yaml_file,
     model_to_ros_params,
 )
+from vla_edge.config.models import FaultInjectorParams
 from vla_edge.core import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
@@ -164,3 +165,24 @@ def test_flow_steps_defaults_to_the_models_own_and_is_bounded(tmp_path: Path) ->
 def test_runner_flow_steps_maps_zero_to_the_models_own() -> None:
     assert InferenceConfig().runner_flow_steps is None
     assert InferenceConfig(flow_steps=5).runner_flow_steps == 5
+
+
+# Unit each name suffix implies (CONVENTIONS: the unit is part of the name); the
+# description says it again, because `ros2 param describe` shows the description.
+SUFFIX_UNITS = {"_s": "[s]", "_hz": "[Hz]", "_per_s": "/s", "_per_s2": "/s^2", "_per_s3": "/s^3"}
+
+
+@pytest.mark.parametrize(
+    "model",
+    [ControllerConfig, SafetyConfig, InferenceConfig, SimConfig, FaultInjectorParams],
+    ids=lambda model: model.__name__,
+)
+def test_every_node_config_field_has_a_one_line_description_with_its_unit(model) -> None:
+    for name, field in model.model_fields.items():
+        description = field.description or ""
+        assert description.strip(), f"{model.__name__}.{name}: no description"
+        assert "\n" not in description and len(description) <= 90, (name, description)
+        suffixes = [suffix for suffix in SUFFIX_UNITS if name.endswith(suffix)]
+        if suffixes:  # the longest suffix names the unit (_per_s, not _s)
+            unit = SUFFIX_UNITS[max(suffixes, key=len)]
+            assert unit in description, (name, description, unit)

@@ -22,31 +22,111 @@ class _Strict(BaseModel):
 class ControllerConfig(_Strict):
     """The real-time controller: chunk buffer, merge, sampling, watchdog."""
 
-    joint_names: list[str] = Field(default_factory=lambda: list(DEFAULT_JOINT_NAMES), min_length=1)
-    rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
-    dt_action_s: float = Field(0.1, gt=0.0, le=1.0)
-    chunk_horizon: int = Field(10, ge=1, le=512)
-    max_chunk_age_s: float = Field(0.5, gt=0.0, le=10.0)
-    max_future_s: float = Field(0.05, ge=0.0, le=1.0)
-    merge: MergeName = "ensemble"
-    weighted_old_weight: float = Field(0.3, ge=0.0, le=1.0)
-    ensemble_decay: float = Field(0.01, ge=0.0, le=10.0)
-    interpolation: Literal["linear", "cubic"] = "cubic"
-    bridge_duration_s: float = Field(0.2, ge=0.0, le=5.0)
-    hold_ramp_s: float = Field(0.2, gt=0.0, le=5.0)
-    infer_trigger: Literal["continuous", "threshold"] = "threshold"
-    threshold_fraction: float = Field(0.5, gt=0.0, le=1.0)
-    expected_inference_delay_s: float = Field(0.1, ge=0.0, le=5.0)
-    observation_timeout_s: float = Field(1.0, gt=0.0, le=30.0)
-    joint_state_timeout_s: float = Field(0.1, gt=0.0, le=30.0)
-    chunk_timeout_s: float = Field(1.0, gt=0.0, le=60.0)
-    control_loop_timeout_s: float = Field(0.05, gt=0.0, le=10.0)
-    clock_jump_threshold_s: float = Field(0.25, gt=0.0, le=10.0)
-    position_min: list[float] = Field(default_factory=list)
-    position_max: list[float] = Field(default_factory=list)
-    # SCHED_FIFO priority of the controller node's loop thread (0 = default scheduler);
-    # refused without the privilege, then the loop runs under the default scheduler.
-    realtime_priority: int = Field(50, ge=0, le=99)
+    joint_names: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_JOINT_NAMES),
+        min_length=1,
+        description="joints of every chunk and command, in order (revolute in rad, gripper in m)",
+    )
+    rate_hz: float = Field(
+        100.0, gt=0.0, le=2000.0, description="control loop rate: commands per second [Hz]"
+    )
+    dt_action_s: float = Field(
+        0.1, gt=0.0, le=1.0, description="time between two steps of an action chunk [s]"
+    )
+    chunk_horizon: int = Field(10, ge=1, le=512, description="steps H of an action chunk [steps]")
+    max_chunk_age_s: float = Field(
+        0.5,
+        gt=0.0,
+        le=10.0,
+        description="oldest chunk accepted on arrival, age from its observation stamp [s]",
+    )
+    max_future_s: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="how far ahead of this node's clock a chunk stamp may lie (clock skew) [s]",
+    )
+    merge: MergeName = Field(
+        "ensemble", description="how a new chunk merges with the buffered plan"
+    )
+    weighted_old_weight: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="weight of the buffered step where chunks overlap (merge weighted) [1]",
+    )
+    ensemble_decay: float = Field(
+        0.01,
+        ge=0.0,
+        le=10.0,
+        description="ACT temporal-ensembling weight exp(-decay * i), i = 0 oldest [1/chunk]",
+    )
+    interpolation: Literal["linear", "cubic"] = Field(
+        "cubic", description="interpolation between chunk steps at the control rate"
+    )
+    bridge_duration_s: float = Field(
+        0.2,
+        ge=0.0,
+        le=5.0,
+        description="velocity-continuous bridge from the commanded position into a new chunk [s]",
+    )
+    hold_ramp_s: float = Field(
+        0.2,
+        gt=0.0,
+        le=5.0,
+        description="time the velocity ramps to zero when the buffer runs out (hold) [s]",
+    )
+    infer_trigger: Literal["continuous", "threshold"] = Field(
+        "threshold",
+        description="request a chunk every tick, or when the buffer falls below the threshold",
+    )
+    threshold_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="buffered fraction of a chunk below which a new one is requested [1]",
+    )
+    expected_inference_delay_s: float = Field(
+        0.1,
+        ge=0.0,
+        le=5.0,
+        description="expected inference latency, recorded by evaluations (unused by the nodes) [s]",
+    )
+    observation_timeout_s: float = Field(
+        1.0,
+        gt=0.0,
+        le=30.0,
+        description="watchdog: observation stamp of the newest accepted chunk older than this [s]",
+    )
+    joint_state_timeout_s: float = Field(
+        0.1, gt=0.0, le=30.0, description="watchdog: no joint state for this long [s]"
+    )
+    chunk_timeout_s: float = Field(
+        1.0, gt=0.0, le=60.0, description="watchdog: no accepted chunk for this long [s]"
+    )
+    control_loop_timeout_s: float = Field(
+        0.05, gt=0.0, le=10.0, description="watchdog: no control tick for this long [s]"
+    )
+    clock_jump_threshold_s: float = Field(
+        0.25,
+        gt=0.0,
+        le=10.0,
+        description="a forward clock step between ticks larger than this drops the plan [s]",
+    )
+    position_min: list[float] = Field(
+        default_factory=list,
+        description="per-joint lower limit a chunk step must respect, none: unchecked [rad, m]",
+    )
+    position_max: list[float] = Field(
+        default_factory=list,
+        description="per-joint upper limit a chunk step must respect, none: unchecked [rad, m]",
+    )
+    realtime_priority: int = Field(
+        50,
+        ge=0,
+        le=99,
+        description="SCHED_FIFO priority of the control loop, 0 or refused: default scheduler",
+    )
 
     @model_validator(mode="after")
     def _check_cross_fields(self) -> ControllerConfig:
@@ -94,23 +174,54 @@ class ControllerConfig(_Strict):
 class SafetyConfig(_Strict):
     """The independent safety layer: per-joint limits, watchdogs, e-stop."""
 
-    joint_names: list[str] = Field(default_factory=lambda: list(DEFAULT_JOINT_NAMES), min_length=1)
-    rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
-    position_min: list[float]
-    position_max: list[float]
-    soft_margin: list[float]
-    velocity_limit_per_s: list[float]
-    acceleration_limit_per_s2: list[float]
-    deceleration_limit_per_s2: list[float]
-    jerk_limit_per_s3: list[float]
-    command_timeout_s: float = Field(0.1, gt=0.0, le=10.0)
-    joint_state_timeout_s: float = Field(0.1, gt=0.0, le=10.0)
-    max_tracking_error: float = Field(0.5, gt=0.0, le=10.0)
-    violation_persist_count: int = Field(5, ge=1, le=10000)
-    estop_category: Literal["cat0", "cat1"] = "cat1"
-    # SCHED_FIFO priority of the safety node's loop thread (0 = default scheduler);
-    # refused without the privilege, then the loop runs under the default scheduler.
-    realtime_priority: int = Field(50, ge=0, le=99)
+    joint_names: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_JOINT_NAMES),
+        min_length=1,
+        description="joints of every command, in order (revolute in rad, gripper in m)",
+    )
+    rate_hz: float = Field(
+        100.0, gt=0.0, le=2000.0, description="output rate when commands stop (hold) [Hz]"
+    )
+    position_min: list[float] = Field(description="per-joint lower position limit [rad, m]")
+    position_max: list[float] = Field(description="per-joint upper position limit [rad, m]")
+    soft_margin: list[float] = Field(
+        description="per-joint margin inside the position limits the output keeps [rad, m]"
+    )
+    velocity_limit_per_s: list[float] = Field(description="per-joint velocity limit [rad/s, m/s]")
+    acceleration_limit_per_s2: list[float] = Field(
+        description="per-joint acceleration limit [rad/s^2, m/s^2]"
+    )
+    deceleration_limit_per_s2: list[float] = Field(
+        description="per-joint deceleration (braking) limit [rad/s^2, m/s^2]"
+    )
+    jerk_limit_per_s3: list[float] = Field(description="per-joint jerk limit [rad/s^3, m/s^3]")
+    command_timeout_s: float = Field(
+        0.1, gt=0.0, le=10.0, description="command silence that is a category-1 stop [s]"
+    )
+    joint_state_timeout_s: float = Field(
+        0.1, gt=0.0, le=10.0, description="joint-state silence that is a category-1 stop [s]"
+    )
+    max_tracking_error: float = Field(
+        0.5,
+        gt=0.0,
+        le=10.0,
+        description="largest measured-to-output position difference that still tracks [rad, m]",
+    )
+    violation_persist_count: int = Field(
+        5,
+        ge=1,
+        le=10000,
+        description="invalid commands or tracking errors in a row that are a category-1 stop",
+    )
+    estop_category: Literal["cat0", "cat1"] = Field(
+        "cat1", description="stop category of a latched e-stop (IEC 60204-1)"
+    )
+    realtime_priority: int = Field(
+        50,
+        ge=0,
+        le=99,
+        description="SCHED_FIFO priority of the safety loop, 0 or refused: default scheduler",
+    )
 
     @model_validator(mode="after")
     def _check_per_joint(self) -> SafetyConfig:
@@ -158,32 +269,67 @@ Callers pass noise explicitly (for reproducible runs) and draw it with
 class InferenceConfig(_Strict):
     """The inference side: which runner, where its artifact is, how it is fed."""
 
-    backend: Literal["torch", "onnx", "executorch", "remote", "expert"] = "torch"
-    model_path: str = "bundled"
-    threads: int = Field(2, ge=1, le=256)
-    cameras: list[str] = Field(default_factory=lambda: ["agentview", "wrist"], min_length=1)
-    image_height: int = Field(64, ge=8, le=2048)
-    image_width: int = Field(64, ge=8, le=2048)
-    instruction: str = ""
-    # Euler steps K of the action head; 0: the model's own (checkpoint config or
-    # export manifest). An export accepts only the K it was exported with.
-    flow_steps: int = Field(0, ge=0, le=100)
-    seed: int = 0
-    # std of the flow-matching start noise (1.0: as trained; README, "The bundled VLA")
-    noise_scale: float = Field(DEFAULT_NOISE_SCALE, ge=0.0, le=4.0)
-    remote_url: str = "ws://127.0.0.1:8000"
-    remote_timeout_s: float = Field(1.0, gt=0.0, le=60.0)
-    min_period_s: float = Field(0.0, ge=0.0, le=60.0)
-    # Per-camera health (vla_edge/inference/camera_health.py): a camera with no frame of a
-    # newer stamp for camera_timeout_s is lost (or frozen when frames still arrive), one
-    # whose pixels stay identical for camera_freeze_s while the scene moves is frozen, and
-    # the policy's cameras may disagree in stamp by at most max_camera_skew_s.
-    camera_timeout_s: float = Field(0.5, gt=0.0, le=30.0)
-    camera_freeze_s: float = Field(0.5, gt=0.0, le=30.0)
-    max_camera_skew_s: float = Field(0.3, gt=0.0, le=10.0)
-    # A forward gap between two readings of the node's clock larger than this is a clock
-    # step (readings come at least every worker poll, 0.2 s); a backward one always is.
-    clock_step_threshold_s: float = Field(1.0, gt=0.2, le=60.0)
+    backend: Literal["torch", "onnx", "executorch", "remote", "expert"] = Field(
+        "torch", description="runner backend (expert: the scripted expert on the sim's state)"
+    )
+    model_path: str = Field(
+        "bundled", description="checkpoint, export directory or 'bundled' (local backends)"
+    )
+    threads: int = Field(2, ge=1, le=256, description="CPU threads of the runner")
+    cameras: list[str] = Field(
+        default_factory=lambda: ["agentview", "wrist"],
+        min_length=1,
+        description="cameras subscribed, camera/<name>/image_raw each",
+    )
+    image_height: int = Field(64, ge=8, le=2048, description="height of every camera image [px]")
+    image_width: int = Field(64, ge=8, le=2048, description="width of every camera image [px]")
+    instruction: str = Field(
+        "", description="instruction used until one arrives on the instruction topic"
+    )
+    flow_steps: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Euler steps K of the action head, 0: the model's own (an export: only its K)",
+    )
+    seed: int = Field(0, description="seed of the start-noise generator")
+    noise_scale: float = Field(
+        DEFAULT_NOISE_SCALE,
+        ge=0.0,
+        le=4.0,
+        description="std of the flow-matching start noise, 1.0: as trained [1]",
+    )
+    remote_url: str = Field("ws://127.0.0.1:8000", description="policy server URL (backend remote)")
+    remote_timeout_s: float = Field(
+        1.0, gt=0.0, le=60.0, description="longest wait for the policy server's answer [s]"
+    )
+    min_period_s: float = Field(
+        0.0, ge=0.0, le=60.0, description="shortest time between two inference starts [s]"
+    )
+    camera_timeout_s: float = Field(
+        0.5,
+        gt=0.0,
+        le=30.0,
+        description="no frame of a newer stamp for this long: camera lost (or frozen) [s]",
+    )
+    camera_freeze_s: float = Field(
+        0.5,
+        gt=0.0,
+        le=30.0,
+        description="identical pixels for this long while the arm moves: camera frozen [s]",
+    )
+    max_camera_skew_s: float = Field(
+        0.3,
+        gt=0.0,
+        le=10.0,
+        description="largest stamp difference between the policy's cameras [s]",
+    )
+    clock_step_threshold_s: float = Field(
+        1.0,
+        gt=0.2,
+        le=60.0,
+        description="forward gap between two clock readings that is a step (backward: always) [s]",
+    )
 
     @property
     def runner_flow_steps(self) -> int | None:
@@ -198,18 +344,33 @@ class SimConfig(_Strict):
     evaluation initial states (the split the sim node resets to).
     """
 
-    suite: str = "tabletop"
-    task: str = "pick_red_block_into_bowl"
-    init_state_id: int = Field(0, ge=0)
-    image_height: int = Field(64, ge=8, le=2048)
-    image_width: int = Field(64, ge=8, le=2048)
-    cameras: list[str] = Field(default_factory=lambda: ["agentview", "wrist"], min_length=1)
-    physics_hz: float = Field(500.0, ge=500.0, le=10000.0)
-    publish_rate_hz: float = Field(10.0, gt=0.0, le=1000.0)
-    joint_state_rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
-    # SCHED_FIFO priority of the sim node's stepping loop (it stands in for the robot's
-    # hardware loop; 0 = default scheduler); refused without the privilege.
-    realtime_priority: int = Field(45, ge=0, le=99)
+    suite: str = Field("tabletop", description="task suite (only tabletop exists)")
+    task: str = Field("pick_red_block_into_bowl", description="task of the suite the sim resets to")
+    init_state_id: int = Field(
+        0, ge=0, description="evaluation initial state of the task the sim resets to [index]"
+    )
+    image_height: int = Field(64, ge=8, le=2048, description="height of every camera image [px]")
+    image_width: int = Field(64, ge=8, le=2048, description="width of every camera image [px]")
+    cameras: list[str] = Field(
+        default_factory=lambda: ["agentview", "wrist"],
+        min_length=1,
+        description="cameras rendered, published on camera/<name>/image_raw",
+    )
+    physics_hz: float = Field(
+        500.0, ge=500.0, le=10000.0, description="physics step rate of the scene [Hz]"
+    )
+    publish_rate_hz: float = Field(
+        10.0, gt=0.0, le=1000.0, description="camera frame and sim state rate [Hz]"
+    )
+    joint_state_rate_hz: float = Field(
+        100.0, gt=0.0, le=2000.0, description="joint state rate [Hz]"
+    )
+    realtime_priority: int = Field(
+        45,
+        ge=0,
+        le=99,
+        description="SCHED_FIFO priority of the stepping loop, 0 or refused: default scheduler",
+    )
 
     @field_validator("task")
     @classmethod
@@ -239,14 +400,25 @@ class FaultInjectorParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # scenario YAML path, or the name of one under config/faults/
-    scenario: str = ""
-    # safety parameter file giving the joint limits (default: config/safety.yaml)
-    safety_params_file: str = ""
-    dt_action_s: float = Field(0.1, gt=0.0, le=1.0)
-    poll_rate_hz: float = Field(100.0, gt=0.0, le=2000.0)
-    diagnostics_rate_hz: float = Field(10.0, gt=0.0, le=1000.0)
-    arm_on_first_chunk: bool = True
+    scenario: str = Field(
+        "", description="scenario YAML path, or the name of one in config/faults/"
+    )
+    safety_params_file: str = Field(
+        "", description="safety parameter file with the joint limits, '': config/safety.yaml"
+    )
+    dt_action_s: float = Field(
+        0.1, gt=0.0, le=1.0, description="time between two steps of an action chunk [s]"
+    )
+    poll_rate_hz: float = Field(
+        100.0,
+        gt=0.0,
+        le=2000.0,
+        description="rate of the poll that applies the fault window (frames, e-stop) [Hz]",
+    )
+    diagnostics_rate_hz: float = Field(10.0, gt=0.0, le=1000.0, description="diagnostics rate [Hz]")
+    arm_on_first_chunk: bool = Field(
+        True, description="start the episode clock at the first chunk, else on ~/arm"
+    )
 
 
 class FaultsConfig(_Strict):
