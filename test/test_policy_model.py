@@ -147,6 +147,17 @@ def test_config_with_image_size_not_a_multiple_of_the_stride_is_refused(tmp_path
         load_train_file(path)
 
 
+def test_config_with_a_removed_field_loads_at_its_hard_wired_value_only(tmp_path) -> None:
+    from vla_edge.core.errors import RemovedFeatureError
+
+    path = tmp_path / "train.yaml"
+    path.write_text("train:\n  steps: 3\n  state_noise: 0.0\n")
+    assert load_train_file(path).train.steps == 3
+    path.write_text("train:\n  state_noise: 0.2\n")
+    with pytest.raises(RemovedFeatureError, match=r"train: state_noise = 0.2: .* was removed"):
+        load_train_file(path)
+
+
 def test_config_with_unknown_field_is_refused(tmp_path) -> None:
     path = tmp_path / "train.yaml"
     path.write_text("train:\n  stepz: 3\n")

@@ -9,7 +9,7 @@ from vla_edge.core.errors import CheckpointError, ConfigError
 from vla_edge.core.types import Observation
 from vla_edge.policy.config import TrainConfig, TrainFileConfig
 from vla_edge.policy.model import load_checkpoint, read_checkpoint
-from vla_edge.policy.train import learning_rate_at, perturb_states, train
+from vla_edge.policy.train import learning_rate_at, train
 from vla_edge.runners.torch_runner import TorchRunner
 
 torch.set_num_threads(1)
@@ -532,29 +532,3 @@ def test_a_probe_warmup_on_data_without_layouts_is_a_named_config_error(tmp_path
     cfg.train.probe_warmup_steps = 10
     with pytest.raises(ConfigError, match="probe_warmup_steps = 10: no episode"):
         train(root / "data", tmp_path / "x.pt", cfg, progress=False, init_from=root / "policy.pt")
-
-
-def test_perturb_states_moves_only_the_joints_given_a_std_reproducibly() -> None:
-    states = np.tile(np.array([0.1, -0.2, 0.3, 0.0, 0.5, -0.6, 0.02], np.float32), (4000, 1))
-    std = np.array([0.05, 0.05, 0.05, 0.005, 0.05, 0.1, 0.0])
-    a = perturb_states(states, std, torch.Generator().manual_seed(3))
-    b = perturb_states(states, std, torch.Generator().manual_seed(3))
-    np.testing.assert_array_equal(a, b)
-    assert a.dtype == np.float32
-    np.testing.assert_array_equal(a[:, 6], states[:, 6])
-    np.testing.assert_allclose(np.std(a - states, axis=0)[:6], std[:6], rtol=0.06)
-
-
-def test_a_policy_trained_with_state_noise_still_learns(tmp_path, trained) -> None:
-    summary, root, _ = trained
-    cfg = _file_cfg(300)
-    cfg.train.state_noise = 0.2
-    noisy = train(root / "data", tmp_path / "noisy.pt", cfg, progress=False)
-    losses = [v for _, v in noisy["history"]["train_loss"]]
-    assert np.mean(losses[-20:]) <= 0.5 * np.mean(losses[:20])
-    assert losses[0] != summary["history"]["train_loss"][0][1]  # the noise reached the batch
-
-
-def test_state_noise_out_of_range_is_refused() -> None:
-    with pytest.raises(ValueError, match="state_noise"):
-        TrainConfig(state_noise=-0.1)

@@ -9,7 +9,8 @@ import pytest
 import torch
 from policy_synthetic import tiny_config
 
-from vla_edge.core.errors import CheckpointError
+from vla_edge.core.errors import CheckpointError, RemovedFeatureError
+from vla_edge.policy.config import REMOVED_MODEL_FIELDS, REMOVED_TRAIN_FIELDS
 from vla_edge.policy.model import VlaPolicy, load_checkpoint, save_checkpoint, weights_hash
 from vla_edge.runners.factory import BUNDLED_CHECKPOINT
 
@@ -77,3 +78,45 @@ def test_saved_checkpoint_loads_with_its_hash_rechecked(saved) -> None:
 def test_bundled_checkpoint_passes_the_load_checks() -> None:
     policy = load_checkpoint(BUNDLED_CHECKPOINT)
     assert policy.checkpoint_info["weights_sha256"] == weights_hash(policy.stage_state_dicts())
+
+
+# a value of each removed field that means its feature was used
+USED_REMOVED_FEATURES = {
+    ("train_config", "state_noise"): 0.2,
+}
+REMOVED_FIELDS = {
+    **{("model_config", k): v for k, (v, _) in REMOVED_MODEL_FIELDS.items()},
+    **{("train_config", k): v for k, (v, _) in REMOVED_TRAIN_FIELDS.items()},
+}
+
+
+def _with_field(section: str, field: str, value: object) -> Callable[[dict], None]:
+    def mutate(payload: dict) -> None:
+        payload[section] = {**(payload[section] or {"seed": 0}), field: value}
+
+    return mutate
+
+
+def test_every_removed_field_has_a_used_value_to_test() -> None:
+    assert set(USED_REMOVED_FEATURES) == set(REMOVED_FIELDS)
+
+
+@pytest.mark.parametrize(("section", "field"), sorted(REMOVED_FIELDS))
+def test_a_removed_field_at_its_hard_wired_value_is_dropped_on_load(
+    saved, tmp_path, section, field
+) -> None:
+    wired = REMOVED_FIELDS[(section, field)]
+    policy = load_checkpoint(_variant(saved, tmp_path, _with_field(section, field, wired)))
+    assert field not in policy.config.model_dump()
+    assert field not in (policy.checkpoint_info["train_config"] or {})
+    assert policy.checkpoint_info["weights_sha256"] == weights_hash(policy.stage_state_dicts())
+
+
+@pytest.mark.parametrize(("section", "field"), sorted(USED_REMOVED_FEATURES))
+def test_a_checkpoint_made_with_a_removed_feature_is_refused_naming_the_field(
+    saved, tmp_path, section, field
+) -> None:
+    used = USED_REMOVED_FEATURES[(section, field)]
+    path = _variant(saved, tmp_path, _with_field(section, field, used))
+    with pytest.raises(RemovedFeatureError, match=rf"{section}: {field} = .* was removed"):
+        load_checkpoint(path)

@@ -9,6 +9,10 @@ class ConfigError(VlaEdgeError):
     """A configuration file or field is invalid."""
 
 
+class RemovedFeatureError(ConfigError):
+    """A config or checkpoint sets a removed field to other than the value the code hard-wires."""
+
+
 class ManifestMismatchError(VlaEdgeError):
     """An exported artifact's manifest does not match what it is asked to do."""
 

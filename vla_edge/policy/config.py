@@ -2,6 +2,10 @@
 
 Both models serialise to plain JSON with ``model_dump(mode="json")``; a
 checkpoint stores them that way so no Python class is ever pickled.
+
+Fields of removed features (:data:`REMOVED_TRAIN_FIELDS`) may still appear in
+older checkpoints and YAML files: :func:`drop_removed_fields` drops one that
+holds the value the code now hard-wires and refuses one that does not.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vla_edge.config.loader import load_yaml_file, validate_params
 from vla_edge.config.models import DEFAULT_JOINT_NAMES
-from vla_edge.core.errors import ConfigError
+from vla_edge.core.errors import ConfigError, RemovedFeatureError
 
 LANGUAGE_DIM = 384
 """Width of the all-MiniLM-L6-v2 sentence embedding."""
@@ -132,14 +136,6 @@ class TrainConfig(_Strict):
     num_threads: int = Field(2, ge=1, le=256)
     time_beta_alpha: float = Field(1.5, gt=0.0)
     time_beta_beta: float = Field(1.0, gt=0.0)
-    state_noise: float = Field(0.0, ge=0.0, le=2.0)
-    """Gaussian noise added in training to the measured state of every joint whose
-    action is a delta (``delta_actions``), its std in units of that joint's
-    delta-action standard deviation (the joints move on very different scales);
-    the targets are re-expressed relative to the noised state, so the
-    demonstrated targets stay where they are and the model learns to steer back to
-    them from a perturbed measurement instead of reading its next motion off the
-    state alone (0: off; never in validation)."""
     layout_loss_weight: float = Field(0.0, ge=0.0)
     """Weight of the auxiliary loss that regresses the scene layout from the visual tokens."""
     goal_loss_weight: float = Field(0.0, ge=0.0)
@@ -218,14 +214,72 @@ class TrainFileConfig(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
 
 
+REMOVED_TRAIN_FIELDS: dict[str, tuple[Any, str]] = {
+    "state_noise": (0.0, "noise on the measured state in training"),
+}
+"""``train:`` fields of removed features -> (the value the code hard-wires, the feature)."""
+
+REMOVED_MODEL_FIELDS: dict[str, tuple[Any, str]] = {}
+"""``model:`` fields of removed features -> (the value the code hard-wires, the feature)."""
+
+
+def drop_removed_fields(
+    data: dict[str, Any], removed: dict[str, tuple[Any, str]], source: str
+) -> dict[str, Any]:
+    """``data`` without the ``removed`` fields that hold the value the code hard-wires.
+
+    Raises:
+        RemovedFeatureError: a removed field holds another value: whatever wrote
+            ``data`` used a feature this code no longer has.
+    """
+    kept = dict(data)
+    for name, (wired, feature) in removed.items():
+        if name in kept and kept.pop(name) != wired:
+            raise RemovedFeatureError(
+                f"{source}: {name} = {data[name]!r}: {feature} was removed; only "
+                f"{name} = {wired!r} (or no {name}) is accepted"
+            )
+    return kept
+
+
 def load_train_file(path: str | Path) -> TrainFileConfig:
-    """Load a training YAML; errors name the file, the field, the value and the bound."""
+    """Load a training YAML; errors name the file, the field, the value and the bound.
+
+    Raises:
+        RemovedFeatureError: a section sets a removed field to another value than
+            the hard-wired one.
+        ConfigError: any other invalid field.
+    """
     data: dict[str, Any] = load_yaml_file(path)
+    for section, removed in (("model", REMOVED_MODEL_FIELDS), ("train", REMOVED_TRAIN_FIELDS)):
+        if isinstance(data.get(section), dict):
+            data[section] = drop_removed_fields(data[section], removed, f"{path}: {section}")
     return validate_params(TrainFileConfig, data, str(path))
 
 
 def policy_config_from_dict(data: dict[str, Any], source: str = "checkpoint") -> PolicyConfig:
-    """Validate a stored model config (e.g. from a checkpoint)."""
+    """Validate a stored model config (e.g. from a checkpoint), its removed fields dropped.
+
+    Raises:
+        RemovedFeatureError: a removed field holds another value than the hard-wired one.
+        ConfigError: ``data`` is not a mapping, or a field is invalid.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: model config must be a mapping, got {type(data).__name__}")
+    data = drop_removed_fields(data, REMOVED_MODEL_FIELDS, f"{source}: model_config")
     return validate_params(PolicyConfig, data, source)
+
+
+def train_config_from_dict(data: dict[str, Any], source: str = "checkpoint") -> dict[str, Any]:
+    """A stored training config (e.g. from a checkpoint) with its removed fields dropped.
+
+    Only the removed fields are checked: a checkpoint's training config records
+    how it was made and is not validated otherwise.
+
+    Raises:
+        RemovedFeatureError: a removed field holds another value than the hard-wired one.
+        ConfigError: ``data`` is not a mapping.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: train config must be a mapping, got {type(data).__name__}")
+    return drop_removed_fields(data, REMOVED_TRAIN_FIELDS, f"{source}: train_config")

@@ -37,9 +37,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from vla_edge.core.errors import CheckpointError, ConfigError
+from vla_edge.core.errors import CheckpointError, ConfigError, RemovedFeatureError
 from vla_edge.policy.action_head import ActionHead
-from vla_edge.policy.config import PolicyConfig, policy_config_from_dict
+from vla_edge.policy.config import PolicyConfig, policy_config_from_dict, train_config_from_dict
 from vla_edge.policy.fusion import Fusion
 from vla_edge.policy.normalize import ActionCodec, NormStats
 from vla_edge.policy.vision import VisionEncoder
@@ -203,6 +203,33 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
+def checkpoint_configs(
+    payload: dict[str, Any], path: str | Path
+) -> tuple[PolicyConfig, dict[str, Any] | None]:
+    """A raw checkpoint's model config and training config, removed fields dropped.
+
+    A field of a removed feature that holds the value the code now hard-wires is
+    dropped (:func:`vla_edge.policy.config.drop_removed_fields`), so checkpoints
+    written before the removal load unchanged.
+
+    Raises:
+        RemovedFeatureError: the checkpoint was made with a removed feature (the
+            field, its value and the only accepted value are named).
+        CheckpointError: a config is not a mapping, or the model config does not validate.
+    """
+    source = f"checkpoint {path}"
+    train_config = payload.get("train_config")
+    try:
+        config = policy_config_from_dict(payload["model_config"], source)
+        if train_config is not None:
+            train_config = train_config_from_dict(train_config, source)
+    except RemovedFeatureError:
+        raise
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from exc
+    return config, train_config
+
+
 def checkpoint_stats(payload: dict[str, Any], action_dim: int, path: str | Path) -> NormStats:
     """A raw checkpoint's normalisation statistics (``payload`` from :func:`read_checkpoint`).
 
@@ -297,6 +324,7 @@ def load_checkpoint(path: str | Path, load_language: bool = False) -> VlaPolicy:
         CheckpointError: bad file, a field of the wrong type, missing stage, a
             non-finite weight, weights whose sha256 differs from the stored
             ``weights_sha256``, or weights that do not fit the config.
+        RemovedFeatureError: the checkpoint was made with a removed feature.
     """
     return policy_from_payload(read_checkpoint(path), path, load_language)
 
@@ -310,10 +338,7 @@ def policy_from_payload(
         raise CheckpointError(
             f"checkpoint {path}: field step = {step!r} ({type(step).__name__}), expected an int"
         )
-    try:
-        config = policy_config_from_dict(payload["model_config"], f"checkpoint {path}")
-    except ConfigError as exc:
-        raise CheckpointError(str(exc)) from exc
+    config, train_config = checkpoint_configs(payload, path)
     stats = checkpoint_stats(payload, config.action_dim, path)
     stages = _checked_stages(payload, path)
     policy = VlaPolicy(config, stats, load_language=load_language)
@@ -330,7 +355,7 @@ def policy_from_payload(
         "source_hash": payload.get("source_hash"),
         "weights_sha256": payload.get("weights_sha256"),
         "step": step,
-        "train_config": payload.get("train_config"),
+        "train_config": train_config,
         "meta": payload.get("meta", {}),
         "source_matches": payload.get("source_hash") == source_hash(),
     }

@@ -45,6 +45,7 @@ from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, l
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
 from vla_edge.policy.model import (
     VlaPolicy,
+    checkpoint_configs,
     checkpoint_stats,
     checkpoint_train_modules,
     read_checkpoint,
@@ -260,9 +261,6 @@ def batch_loss(
     cfg = policy.config
     codec: ActionCodec = policy.codec
     states = samples.states[idx]
-    if augment and train_cfg.state_noise > 0:
-        std = train_cfg.state_noise * codec.stats.action_std * np.asarray(cfg.delta_actions)
-        states = perturb_states(states, std, generator)
     chunk_norm = torch.from_numpy(codec.encode_actions(samples.chunks(idx), states))
     state_norm = torch.from_numpy(codec.normalize_state(states))
     images = torch.from_numpy(samples.image_batch(idx)).float().div_(255.0)
@@ -298,12 +296,6 @@ def batch_loss(
     return flow, aux
 
 
-def perturb_states(states: np.ndarray, std: np.ndarray, generator: torch.Generator) -> np.ndarray:
-    """``states`` ``[N, A]`` plus Gaussian noise of std ``std`` ``[A]`` (0: untouched)."""
-    noise = torch.randn(states.shape, generator=generator, dtype=torch.float64).numpy()
-    return (states + noise * np.asarray(std, dtype=np.float64)).astype(states.dtype)
-
-
 def _sample_beta(
     beta: torch.distributions.Beta, n: int, generator: torch.Generator
 ) -> torch.Tensor:
@@ -337,17 +329,20 @@ def validation_loss(
     return float(np.mean(losses))
 
 
-def _stored_config(stored: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A checkpoint's model config with the defaults of fields added since it was written."""
-    try:
-        return PolicyConfig.model_validate(stored).model_dump(mode="json")
-    except ValueError as exc:
-        raise CheckpointError(f"{path}: model_config does not validate: {exc}") from exc
+def _stored_config(payload: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A checkpoint's model config with the defaults of fields added since it was written.
+
+    Raises:
+        RemovedFeatureError: the checkpoint was made with a removed feature.
+        CheckpointError: its model config does not validate.
+    """
+    config, _ = checkpoint_configs(payload, path)
+    return config.model_dump(mode="json")
 
 
-def _check_resume_config(stored: dict[str, Any], current: PolicyConfig, path: Path) -> None:
+def _check_resume_config(payload: dict[str, Any], current: PolicyConfig, path: Path) -> None:
     now = current.model_dump(mode="json")
-    stored = _stored_config(stored, path)
+    stored = _stored_config(payload, path)
     for key in sorted(set(now) | set(stored)):
         if stored.get(key) != now.get(key):
             raise CheckpointError(
@@ -446,7 +441,7 @@ def train(
     keep_source_stats = init_from is not None and tcfg.init_norm_stats == "source"
     if init_from is not None and not (resume and out.is_file()):
         source = read_checkpoint(init_from)
-        factor = init_widening(source["model_config"], cfg, Path(init_from))
+        factor = init_widening(source, cfg, Path(init_from))
         for name, state in source["stages"].items():
             if name == "vision_encoder":
                 state = widen_first_conv(state, factor)
@@ -459,7 +454,7 @@ def train(
     average = None
     if resume and out.is_file():
         payload = read_checkpoint(out)
-        _check_resume_config(payload["model_config"], cfg, out)
+        _check_resume_config(payload, cfg, out)
         for name, state in payload["stages"].items():
             getattr(policy, name).load_state_dict(state)
         # the statistics the run started with, whether from its data or its --init-from
