@@ -216,6 +216,7 @@ class TrainFileConfig(_Strict):
 
 REMOVED_TRAIN_FIELDS: dict[str, tuple[Any, str]] = {
     "state_noise": (0.0, "noise on the measured state in training"),
+    "state_noise_rad": (0.0, "noise on the measured state in training (its first name)"),
 }
 """``train:`` fields of removed features -> (the value the code hard-wires, the feature)."""
 
