@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
     "faults": ("vla_edge.faults.cli", "run the fault-injection suite"),
     "serve": ("vla_edge.runners.openpi_server", "serve a policy over the openpi protocol"),
+    "report": ("vla_edge.bench.report", "docs/RESULTS.md's tables from their JSONs (--check)"),
 }
 
 BENCHES: dict[str, tuple[str, str]] = {

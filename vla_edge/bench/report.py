@@ -1,0 +1,845 @@
+"""``vla-edge report [--check]``: the tables of ``docs/RESULTS.md``, generated from their JSONs.
+
+Every table sits between ``<!-- report:NAME -->`` and ``<!-- /report:NAME -->``
+and is rendered from the JSON(s) that :data:`TABLES` lists for ``NAME``,
+followed by one line naming the command that wrote them and linking each file.
+``vla-edge report`` rewrites those blocks in place, in ``docs/RESULTS.md`` and,
+if it holds the markers, in ``README.md`` (block ``summary``); ``--check``
+rewrites nothing and exits 1 naming each table that differs from its JSON(s)
+and each cited JSON that is missing.
+
+Numbers are formatted as the README wrote them: successes as ``48/50``, totals
+as ``227/300 (75.7 %)``, milliseconds with one decimal, counts with thousands
+separators.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESULTS_MD = "docs/RESULTS.md"
+README_MD = "README.md"
+BUNDLED_EVAL = "vla_edge/models/bundled/eval.json"
+MINUS = "\N{MINUS SIGN}"
+
+# Targets of the issues, stated in the README; the JSONs do not record them.
+TARGET_MEAN_SUCCESS = 0.70
+TARGET_TASK_SUCCESS = 0.40
+TARGET_SPEEDUP = 2.0
+TARGET_JITTER_P99_MS = 2.0
+
+Json = dict[str, Any]
+Render = Callable[[Sequence[Json]], str]
+
+_BLOCK = re.compile(
+    r"(?P<open><!-- report:(?P<name>[a-z0-9_]+) -->\n)"
+    r"(?P<body>.*?)"
+    r"(?P<close><!-- /report:(?P=name) -->)",
+    re.DOTALL,
+)
+
+
+def _r(path: str) -> str:
+    return f"docs/results/{path}"
+
+
+@dataclass(frozen=True)
+class Table:
+    """One generated table: its JSONs (repository-relative), their command and a renderer.
+
+    Attributes:
+        name: the block name between the markers.
+        jsons: the files ``render`` receives, parsed, in this order.
+        command: the command that wrote them (markdown), named under the table.
+        render: parsed JSONs -> the markdown table (and a generated note, if any).
+        footer: replaces the generated "Written by" line when set.
+    """
+
+    name: str
+    jsons: tuple[str, ...]
+    command: str
+    render: Render
+    footer: str | None = None
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _count(successes: int, episodes: int) -> str:
+    return f"{successes}/{episodes}"
+
+
+def _total(successes: int, episodes: int) -> str:
+    return f"{successes}/{episodes} ({100.0 * successes / episodes:.1f} %)"
+
+
+def _ms(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _points(delta: float) -> str:
+    rounded = round(delta, 1)
+    sign = "+" if rounded > 0 else MINUS if rounded < 0 else ""
+    return f"{sign}{abs(rounded):.1f} points"
+
+
+def _pct_of_range(value: float) -> str:
+    """Two decimals from 1 %, two significant digits down to 0.001 %, one below."""
+    if value >= 1.0:
+        return f"{value:.2f}"
+    significant = 2 if value >= 1e-3 else 1
+    decimals = significant - 1 - int(f"{value:e}".split("e")[1])
+    return f"{value:.{decimals}f}"
+
+
+def _title(task: str) -> str:
+    return f"`{task}`"
+
+
+# ---------------------------------------------------------------- evaluations
+
+
+def _successes(run: Json) -> tuple[int, int]:
+    tasks = run["tasks"].values()
+    return sum(t["successes"] for t in tasks), sum(t["episodes"] for t in tasks)
+
+
+def _limited_pct(run: Json) -> float:
+    supervisor = run["safety"]["supervisor"]
+    return 100.0 * supervisor["limited_ticks"] / supervisor["ticks"]
+
+
+def render_expert(runs: Sequence[Json]) -> str:
+    """The scripted expert at delay 0 and 200 ms; the later push-only runs replace the push row."""
+    full_d0, full_d200, push_d0, push_d200 = runs
+    settings = [(full_d0, push_d0), (full_d200, push_d200)]
+    rows, totals, contacts = [], [[0, 0], [0, 0]], [0, 0]
+    for task in full_d0["tasks"]:
+        row = [_title(task)]
+        for i, (full, push) in enumerate(settings):
+            result = (push if task in push["tasks"] else full)["tasks"][task]
+            row += [
+                _count(result["successes"], result["episodes"]),
+                _ms(result["mean_completion_time_s"]),
+            ]
+            totals[i][0] += result["successes"]
+            totals[i][1] += result["episodes"]
+            contacts[i] += result["penetrating_contacts"]
+        rows.append(row)
+    rows.append(["all", _total(*totals[0]), "", _total(*totals[1]), ""])
+    rows.append(["arm–table contact-ticks > 1 mm", f"{contacts[0]:,}", "", f"{contacts[1]:,}", ""])
+    merge = full_d200["settings"]["merge"]
+    header = [
+        "task",
+        "delay 0: success",
+        "mean time (s)",
+        f"delay {full_d200['settings']['delay_ms']:.0f} ms, `{merge}`: success",
+        "mean time (s)",
+    ]
+    return _table(header, rows)
+
+
+BUNDLED_COLUMNS = (
+    "default",
+    "`--seed 1`",
+    "paraphrases",
+    "200 ms `ensemble`",
+    "200 ms `prefix`",
+    "200 ms `replace`",
+    "acceptance command",
+)
+
+
+def render_bundled(runs: Sequence[Json]) -> str:
+    """The bundled model per task under each setting, then its totals and safety counters."""
+    rows = []
+    for task in runs[0]["tasks"]:
+        cells = [run["tasks"][task] for run in runs]
+        rows.append([_title(task)] + [_count(c["successes"], c["episodes"]) for c in cells])
+    rows.append(["all"] + [_total(*_successes(run)) for run in runs])
+    rows.append(
+        ["arm–table contact-ticks > 1 mm"]
+        + [f"{run['safety']['penetrating_contacts']:,}" for run in runs]
+    )
+    rows.append(
+        ["largest velocity change at a chunk boundary (rad/s)"]
+        + [f"{run['safety']['max_boundary_velocity_jump']:.2f}" for run in runs]
+    )
+    rows.append(
+        ["ticks the safety limiter limited"] + [f"{_limited_pct(run):.0f} %" for run in runs]
+    )
+    rows.append(["chunks refused"] + [f"{run['safety']['chunk_rejections']:,}" for run in runs])
+    return _table(["task", *BUNDLED_COLUMNS], rows)
+
+
+# (label, index of the seed-0 run, index of the seed-1 run or None)
+BACKEND_ROWS = (
+    ("torch (reference)", 0, 1),
+    ("ONNX Runtime fp32", 2, 3),
+    ("ExecuTorch fp32", 4, 5),
+    ("ExecuTorch 8da4w", 6, None),
+)
+
+
+def render_backends(runs: Sequence[Json]) -> str:
+    """Closed loop per backend on two seeds; the difference to torch in percentage points."""
+    torch_seed0 = _successes(runs[0])
+    torch_both = [a + b for a, b in zip(torch_seed0, _successes(runs[1]), strict=True)]
+    rows = []
+    for label, seed0, seed1 in BACKEND_ROWS:
+        s0 = _successes(runs[seed0])
+        p50 = [_ms(runs[seed0]["inference_wall_ms"]["p50"])]
+        if seed1 is None:
+            both = s0
+            reference, suffix, seed1_cell = torch_seed0, " (seed 0)", ""
+        else:
+            s1 = _successes(runs[seed1])
+            both = (s0[0] + s1[0], s0[1] + s1[1])
+            reference, suffix, seed1_cell = torch_both, "", _count(*s1)
+            p50.append(_ms(runs[seed1]["inference_wall_ms"]["p50"]))
+        delta = 100.0 * (both[0] / both[1] - reference[0] / reference[1])
+        rows.append(
+            [
+                label,
+                _count(*s0),
+                seed1_cell,
+                _total(*both),
+                "–" if seed0 == 0 else _points(delta) + suffix,
+                f"{runs[seed0]['safety']['penetrating_contacts']:,}",
+                " / ".join(p50) + " ms",
+            ]
+        )
+    header = [
+        "backend",
+        "seed 0",
+        "seed 1",
+        "both",
+        "against torch",
+        "contact-ticks (seed 0)",
+        "inference p50 (seed 0 / seed 1)",
+    ]
+    return _table(header, rows)
+
+
+# ---------------------------------------------------------------- export and latency
+
+
+def render_parity(reports: Sequence[Json]) -> str:
+    """Each exported program against the torch reference on the same observations and noise."""
+    (parity,) = reports
+    rows = []
+    for name, pair in parity["pairs"].items():
+        per_dim = pair["rms_pct_of_range"]
+        worst = max(range(len(per_dim)), key=per_dim.__getitem__)
+        rows.append(
+            [
+                name,
+                f"{_pct_of_range(pair['rms_pct_of_range_max'])} %",
+                parity["dims"][worst],
+                f"{pair['max_abs']:.1e}",
+                f"{pair['cosine']:.6f}",
+            ]
+        )
+    table = _table(["pair", "max RMS % of range", "worst dimension", "max abs", "cosine"], rows)
+    obs = parity["observations"]
+    targets = ", ".join(
+        f"{quant} ≤ {bound} %" for quant, bound in parity["targets_rms_pct_of_range_max"].items()
+    )
+    note = (
+        f"{obs['count']} observations ({obs['with_prefix']} with an executed prefix) from "
+        f"`{obs['source']}`, noise seed {obs['noise_seed']}; targets: {targets} of range."
+    )
+    return f"{table}\n\n{note}"
+
+
+def _model_label(entry: Json) -> str:
+    cameras = entry["cameras"]
+    height, width = entry["image_size"]
+    size = f"{cameras} cam{'s' if cameras > 1 else ''} {height}×{width}"
+    return f"bundled, {size}" if entry["trained"] else f"{size}*"
+
+
+def render_latency(reports: Sequence[Json]) -> str:
+    """End to end p50 / p95, per-stage p50, language once and RSS, per model and backend."""
+    rows = []
+    for report in reports:
+        for entry in report["results"]:
+            if entry["backend"] == "remote":
+                continue
+            e2e, stages = entry["end_to_end"], entry["stages"]
+            rows.append(
+                [
+                    _model_label(entry),
+                    f"{entry['backend']} {entry['quant']}",
+                    f"{e2e['p50_ms']:.1f} / {e2e['p95_ms']:.1f}",
+                    _ms(stages["vision_encoder"]["p50_ms"]),
+                    _ms(stages["fusion"]["p50_ms"]),
+                    _ms(stages["action_head"]["p50_ms"]),
+                    _ms(stages["language_encoder"]["p50_ms"]),
+                    f"{entry['rss_mb']:.0f}",
+                ]
+            )
+    header = [
+        "model",
+        "backend",
+        "end to end p50 / p95 (ms)",
+        "vision",
+        "fusion",
+        "action head",
+        "language (once)",
+        "RSS MB",
+    ]
+    return _table(header, rows)
+
+
+def _speedups(report: Json) -> list[tuple[float, str, Json]]:
+    """(speed-up, fastest backend, the model's torch entry) per model of one latency report."""
+    entries = {e["model"]: e for e in report["results"]}
+    return [
+        (s["speedup"], s["fastest"], entries[s["model"]])
+        for s in report["summary"]["speedup_vs_torch"]
+    ]
+
+
+def render_speedup(reports: Sequence[Json]) -> str:
+    """The fastest edge backend against torch eager, and ExecuTorch 8da4w / fp32 program bytes."""
+    rows = []
+    for report in reports:
+        labels = {e["model"]: _model_label(e) for e in report["results"]}
+        for speedup in report["summary"]["speedup_vs_torch"]:
+            model = speedup["model"]
+            sizes = report["artifact_bytes"][model]
+            fp32, quantised = sizes["executorch_fp32"]["total"], sizes["executorch_8da4w"]["total"]
+            ratio = report["summary"]["size_ratio_8da4w_vs_fp32"][model]
+            stages = ratio["per_stage"]
+            rows.append(
+                [
+                    labels[model],
+                    _ms(speedup["torch_p50_ms"]),
+                    f"{speedup['fastest']} {speedup['fastest_p50_ms']:.1f}",
+                    f"{speedup['speedup']:.2f}×",
+                    f"{quantised / 1e6:.1f} MB / {fp32 / 1e6:.1f} MB = {quantised / fp32:.2f}",
+                    f"language {stages['language_encoder']:.2f}, "
+                    f"vision {stages['vision_encoder']:.2f}, fusion {stages['fusion']:.2f}, "
+                    f"action head {stages['action_head']:.2f}; "
+                    f"policy stages {ratio['policy_stages']:.2f}",
+                ]
+            )
+    header = [
+        "model",
+        "torch p50 ms",
+        "fastest p50 ms",
+        "speed-up",
+        "8da4w / fp32 bytes (ExecuTorch)",
+        "per stage",
+    ]
+    return _table(header, rows)
+
+
+# ---------------------------------------------------------------- control, graph, faults
+
+
+def render_control(reports: Sequence[Json]) -> str:
+    """One controller step and one safety step, wall and CPU time."""
+    (bench,) = reports
+    rows = []
+    for label, key in (
+        ("controller step", "controller_step"),
+        ("safety step", "safety_step"),
+        ("controller + safety", "total_step"),
+    ):
+        wall, cpu = bench[f"{key}_us"], bench[f"{key}_cpu_us"]
+        rows.append([label, f"{wall['p50']:.0f}", f"{wall['p99']:.0f}", f"{cpu['p99']:.0f}"])
+    table = _table(["step", "p50 µs", "p99 µs", "p99 µs CPU time"], rows)
+    met = "met" if bench["meets_target"] else "not met"
+    note = (
+        f"{bench['iterations']:,} ticks at {bench['rate_hz']:.0f} Hz, {bench['action_dim']}-D "
+        f"action, a chunk every {bench['chunk_period_s']} s merged with `{bench['merge']}`; "
+        f"target p99 < {bench['target_total_p99_us']:.0f} µs: {met}."
+    )
+    return f"{table}\n\n{note}"
+
+
+def render_graph(reports: Sequence[Json]) -> str:
+    """Timing, chunk age and memory of one ``vla-edge launch sim`` run."""
+    (run,) = reports
+    jitter, age = run["controller_period_jitter_ms"], run["chunk_age_ms"]
+    rows = [
+        ["policy, duration", f"{run['policy']}, {run['duration_s']:.0f} s"],
+        [
+            "controller period jitter p50 / p99 / max (ms)",
+            f"{jitter['p50']:.2f} / {jitter['p99']:.2f} / {jitter['max']:.1f}",
+        ],
+        [
+            "chunk age p50 / p95 / max (ms)",
+            f"{age['p50']:.0f} / {age['p95']:.0f} / {age['max']:.0f} "
+            f"(bound {run['max_chunk_age_s'] * 1e3:.0f})",
+        ],
+        [
+            "chunks accepted / rejected",
+            f"{run['chunks_accepted']:,.0f} / {run['chunks_rejected']:,.0f}",
+        ],
+        ["buffer underruns", f"{run['buffer_underruns']}"],
+    ]
+    rows += [
+        [f"RSS `{node}` start → end", f"{rss['start']:.0f} → {rss['end']:.0f} MB"]
+        for node, rss in run["rss_mb"].items()
+    ]
+    return _table(["measure", "value"], rows)
+
+
+def _recovered(scenario: Json) -> str:
+    if scenario["recovered"] is None:
+        return "–"
+    if not scenario["recovered"]:
+        return "no"
+    return _ms(scenario["time_to_recover_ms"], 0)
+
+
+def render_faults(suites: Sequence[Json]) -> str:
+    """Every scenario of the default merge's run; the halt of the ``prefix`` run beside it."""
+    default, prefix = suites
+    rows = []
+    for name, scenario in default["scenarios"].items():
+        cameras = [k for k, v in scenario["info"].get("camera_faults", {}).items() if v]
+        rows.append(
+            [
+                f"`{name}`",
+                "pass" if scenario["passed"] else "**fail**",
+                _ms(scenario["time_to_detect_ms"], 0),
+                _ms(scenario["time_to_halt_ms"], 0),
+                _ms(prefix["scenarios"][name]["time_to_halt_ms"], 0),
+                _recovered(scenario),
+                f"{scenario['limit_violations']}",
+                ", ".join(cameras) or "–",
+            ]
+        )
+    header = [
+        "scenario",
+        "result",
+        "detect (ms)",
+        "halt (ms)",
+        "halt, `prefix` (ms)",
+        "recovered (ms after the fault ends)",
+        "limit violations",
+        "cameras named",
+    ]
+    table = _table(header, rows)
+    counts = "; ".join(
+        f"{label}: {suite['passed']} passed, {suite['failed']} failed, {suite['skipped']} skipped"
+        for label, suite in (("default merge", default), ("`prefix`", prefix))
+    )
+    return f"{table}\n\n{counts}."
+
+
+def render_faults_mild(benches: Sequence[Json]) -> str:
+    """Task success with and without a mild camera delay."""
+    rows = []
+    for bench in benches:
+        free, delayed = (bench["conditions"][k] for k in bench["conditions"])
+        rows.append(
+            [
+                _title(bench["task"]),
+                bench["policy"],
+                _count(free["successes"], free["episodes"]),
+                _count(delayed["successes"], delayed["episodes"]),
+                f"{free['mean_success_time_s']:.1f} / {delayed['mean_success_time_s']:.1f}",
+                f"{bench['success_drop_points']:.1f} (bound {bench['max_drop_points']:.0f})",
+            ]
+        )
+    delay = benches[0]["camera_delay_ms"]
+    header = [
+        "task",
+        "policy",
+        "fault-free",
+        f"camera +{delay:.0f} ms",
+        "mean success time (s)",
+        "drop (points)",
+    ]
+    return _table(header, rows)
+
+
+# ---------------------------------------------------------------- serving, sim
+
+
+def render_serving(reports: Sequence[Json]) -> str:
+    """Round trip of the openpi websocket protocol on localhost."""
+    (bench,) = reports
+    stages = bench["stages"]
+    rows = [
+        [
+            "round trip p50 / p95 (ms)",
+            f"{bench['end_to_end']['p50_ms']:.1f} / {bench['end_to_end']['p95_ms']:.1f}",
+        ],
+        [
+            "server-side inference p50 / p95 (ms)",
+            f"{stages['server_infer']['p50_ms']:.1f} / {stages['server_infer']['p95_ms']:.1f}",
+        ],
+        ["network p50 (ms)", _ms(stages["network"]["p50_ms"])],
+        ["throughput (requests/s)", f"{bench['throughput_hz']:.0f}"],
+        [
+            "requests, bytes each",
+            f"{bench['n_requests']}, {bench['request_bytes']:,}",
+        ],
+        ["images, threads", f"{bench['cameras']}, {bench['threads']}"],
+    ]
+    return _table(["measure", "value"], rows)
+
+
+def render_sim(reports: Sequence[Json]) -> str:
+    """Env step + render of every camera per 0.1 s policy step, per image size."""
+    (bench,) = reports
+    rows = []
+    for size, total in bench["step_render_ms"].items():
+        rows.append(
+            [
+                f"{size}×{size}",
+                f"{total['p50']:.1f} / {total['p90']:.1f}",
+                _ms(bench["step_ms"][size]["p50"]),
+                _ms(bench["render_ms"][size]["p50"]),
+            ]
+        )
+    cameras = ", ".join(f"`{c}`" for c in bench["settings"]["cameras"])
+    header = ["image size", "step + render p50 / p90 (ms)", "physics p50", f"render {cameras} p50"]
+    return _table(header, rows)
+
+
+# ---------------------------------------------------------------- summary
+
+
+def render_summary(reports: Sequence[Json]) -> str:
+    """The headline numbers for README.md."""
+    seed0, seed1, parity, *latencies, control, graph, faults = reports
+    both = [a + b for a, b in zip(_successes(seed0), _successes(seed1), strict=True)]
+    worst = min(
+        t["successes"] / t["episodes"] for run in (seed0, seed1) for t in run["tasks"].values()
+    )
+    pairs = parity["pairs"]
+    targets = parity["targets_rms_pct_of_range_max"]
+    speedups = [s for report in latencies for s in _speedups(report)]
+    best = max(speedups, key=lambda s: s[0])
+    one_224 = next(s for s in speedups if s[2]["cameras"] == 1 and s[2]["image_size"] == [224, 224])
+    violations = sum(s["limit_violations"] for s in faults["scenarios"].values())
+    total = faults["passed"] + faults["failed"] + faults["skipped"]
+    rows = [
+        [
+            "bundled model's success, delay 0, seeds 0 and 1",
+            f"{_total(*both)}; lowest task on either seed {100 * worst:.0f} %",
+            f"≥ {100 * TARGET_MEAN_SUCCESS:.0f} %, every task ≥ {100 * TARGET_TASK_SUCCESS:.0f} %",
+        ],
+        [
+            "export parity fp32, max RMS % of range",
+            f"ONNX {_pct_of_range(pairs['onnx_fp32']['rms_pct_of_range_max'])} %, "
+            f"ExecuTorch {_pct_of_range(pairs['executorch_fp32']['rms_pct_of_range_max'])} %",
+            f"≤ {targets['fp32']} %",
+        ],
+        [
+            "export parity 8da4w, max RMS % of range",
+            f"{_pct_of_range(pairs['executorch_8da4w']['rms_pct_of_range_max'])} %",
+            f"≤ {targets['8da4w']} %",
+        ],
+        [
+            "best edge speed-up over torch, 1 thread",
+            f"{best[0]:.2f}× ({best[1]}, {_model_label(best[2])}); "
+            f"one 224×224 camera: {one_224[0]:.2f}×",
+            f"≥ {TARGET_SPEEDUP:.0f}× at one 224×224 camera",
+        ],
+        [
+            "controller + safety step p99",
+            f"{control['total_step_us']['p99']:.0f} µs",
+            f"< {control['target_total_p99_us']:.0f} µs",
+        ],
+        [
+            "ROS 2 graph, controller period jitter p99",
+            f"{graph['controller_period_jitter_ms']['p99']:.2f} ms",
+            f"≤ {TARGET_JITTER_P99_MS:.0f} ms",
+        ],
+        [
+            "fault injection",
+            f"{faults['passed']}/{total} pass, {violations} limit violations",
+            "all pass",
+        ],
+    ]
+    return _table(["measure", "result", "target"], rows)
+
+
+# ---------------------------------------------------------------- the registry
+
+_EVAL_FLAGS = "--episodes 50 --workers 2 --threads 1 --json OUT"
+_EVAL = f"`vla-edge eval --policy bundled {_EVAL_FLAGS}`"
+_EXPORT_EVAL = f"`vla-edge eval --policy out/export_s38/B_Q {_EVAL_FLAGS}`"
+
+TABLES: tuple[Table, ...] = (
+    Table(
+        "expert",
+        (
+            _r("eval_expert_128_delay0.json"),
+            _r("eval_expert_128_delay200_prefix.json"),
+            _r("eval_expert_128_push_quarter_delay0_prefix.json"),
+            _r("eval_expert_128_push_quarter_delay200_prefix.json"),
+        ),
+        "`vla-edge eval --policy expert --suite tabletop --episodes 50 --image-size 128 "
+        "--merge prefix --json OUT`, and with `--delay-ms 200`; the push rows with "
+        "`--tasks push_blue_block_to_target`",
+        render_expert,
+    ),
+    Table(
+        "bundled",
+        (
+            BUNDLED_EVAL,
+            _r("eval_bundled_seed1.json"),
+            _r("eval_bundled_paraphrase.json"),
+            _r("eval_bundled_d200_ensemble.json"),
+            _r("eval_bundled_d200_prefix.json"),
+            _r("eval_bundled_d200_replace.json"),
+            _r("eval_bundled_acceptance_command.json"),
+        ),
+        f"{_EVAL}, with nothing, `--seed 1`, `--instructions paraphrase` or "
+        "`--delay-ms 200 --merge M` added; the acceptance command as the issue writes it is "
+        "`vla-edge eval --policy bundled --suite tabletop --episodes 50 --json OUT`",
+        render_bundled,
+    ),
+    Table(
+        "backends",
+        (
+            BUNDLED_EVAL,
+            _r("eval_bundled_seed1.json"),
+            _r("eval_bundled_onnx_fp32.json"),
+            _r("eval_bundled_onnx_fp32_seed1.json"),
+            _r("eval_bundled_executorch_fp32.json"),
+            _r("eval_bundled_executorch_fp32_seed1.json"),
+            _r("eval_bundled_executorch_8da4w.json"),
+        ),
+        "`vla-edge export --checkpoint bundled --backend B --quant Q --out "
+        f"out/export_s38/B_Q`, then {_EXPORT_EVAL} and the same with `--seed 1`; torch: {_EVAL}",
+        render_backends,
+    ),
+    Table(
+        "parity",
+        (_r("bench_parity.json"),),
+        "`vla-edge bench parity --checkpoint bundled --data data/heldout64_s9 --export-root "
+        "out/export_s38 --json OUT`, the data from `vla-edge collect --suite tabletop "
+        "--episodes-per-task 2 --image-size 64 --out data/heldout64_s9 --seed 9`",
+        render_parity,
+    ),
+    Table(
+        "latency",
+        (
+            _r("bench_latency_1cam224.json"),
+            _r("bench_latency_3cam224.json"),
+            _r("bench_latency_bundled.json"),
+        ),
+        "`vla-edge bench latency --cameras 1 --image-size 224 --threads 1 --no-native --json OUT`, "
+        "the same with `--cameras 3`, and `vla-edge bench latency --checkpoint bundled --no-grid "
+        "--threads 1 --export-root out/export_final --json OUT`",
+        render_latency,
+    ),
+    Table(
+        "speedup",
+        (
+            _r("bench_latency_1cam224.json"),
+            _r("bench_latency_3cam224.json"),
+            _r("bench_latency_bundled.json"),
+        ),
+        "the latency runs above",
+        render_speedup,
+    ),
+    Table(
+        "control",
+        (_r("bench_control.json"),),
+        "`vla-edge bench control --json OUT`",
+        render_control,
+    ),
+    Table(
+        "graph",
+        (_r("launch_sim_expert_600s.json"),),
+        "`vla-edge launch sim --duration 600 --json OUT`",
+        render_graph,
+    ),
+    Table(
+        "faults",
+        (_r("faults_virtual_ensemble.json"), _r("faults_virtual.json")),
+        "`vla-edge faults run --json OUT` (the default merge, `ensemble`) and `vla-edge faults "
+        "run --controller-config CONTROLLER_WITH_MERGE_PREFIX --json OUT`",
+        render_faults,
+    ),
+    Table(
+        "faults_mild",
+        (_r("bench_faults_mild_lift.json"), _r("bench_faults_mild_pick.json")),
+        "`vla-edge bench faults --policy expert --task T --episodes 50 --json OUT`",
+        render_faults_mild,
+    ),
+    Table(
+        "serving",
+        (_r("bench_remote_bundled.json"),),
+        "`bench_remote` in `vla_edge/bench/remote_latency.py` (200 requests, serving the "
+        "bundled model of the time)",
+        render_serving,
+    ),
+    Table(
+        "sim",
+        (_r("bench_sim.json"),),
+        "`vla-edge bench sim --json OUT`",
+        render_sim,
+    ),
+)
+
+SUMMARY = Table(
+    "summary",
+    (
+        BUNDLED_EVAL,
+        _r("eval_bundled_seed1.json"),
+        _r("bench_parity.json"),
+        _r("bench_latency_1cam224.json"),
+        _r("bench_latency_3cam224.json"),
+        _r("bench_latency_bundled.json"),
+        _r("bench_control.json"),
+        _r("launch_sim_expert_600s.json"),
+        _r("faults_virtual_ensemble.json"),
+    ),
+    "`vla-edge report`",
+    render_summary,
+    footer=(
+        "Generated by `vla-edge report` from the JSONs cited in "
+        "[docs/RESULTS.md](docs/RESULTS.md), where each table names its command."
+    ),
+)
+
+REGISTRY: dict[str, Table] = {t.name: t for t in (*TABLES, SUMMARY)}
+
+
+# ---------------------------------------------------------------- rewriting
+
+
+def render_block(table: Table, root: Path, document: str) -> str:
+    """The text between ``table``'s markers in ``document`` (a repository-relative path).
+
+    Raises:
+        FileNotFoundError: a JSON of ``table`` is missing under ``root``.
+    """
+    reports = [json.loads((root / path).read_text()) for path in table.jsons]
+    footer = table.footer
+    if footer is None:
+        base = Path(document).parent
+        links = ", ".join(
+            f"[{Path(path).name}]({Path(os.path.relpath(path, base)).as_posix()})"
+            for path in table.jsons
+        )
+        footer = f"Written by {table.command}: {links}."
+    return f"{table.render(reports)}\n\n{footer}\n"
+
+
+def _missing(table: Table, root: Path) -> list[str]:
+    return [path for path in table.jsons if not (root / path).is_file()]
+
+
+def update(root: Path, document: str, required: Sequence[str] = ()) -> tuple[str, str, list[str]]:
+    """Render every block of ``document``.
+
+    Args:
+        root: the repository root the JSON paths are relative to.
+        document: the markdown file, relative to ``root``.
+        required: table names the document must hold.
+
+    Returns:
+        The document's text, its text with every block rendered, and the problems
+        (a stale table, a missing JSON or block, an unknown block name), one a line.
+    """
+    text = (root / document).read_text()
+    problems: list[str] = []
+    found: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        found.append(name)
+        table = REGISTRY.get(name)
+        if table is None:
+            problems.append(f"{document}: unknown table '{name}' (known: {', '.join(REGISTRY)})")
+            return match[0]
+        missing = _missing(table, root)
+        if missing:
+            problems.extend(f"{document}: table '{name}': {path} is missing" for path in missing)
+            return match[0]
+        try:
+            body = render_block(table, root, document)
+        except (ValueError, KeyError, TypeError) as exc:
+            problems.append(f"{document}: table '{name}' cannot be rendered: {exc!r}")
+            return match[0]
+        if body != match["body"]:
+            problems.append(f"{document}: table '{name}' differs from its JSON(s)")
+        return match["open"] + body + match["close"]
+
+    new_text = _BLOCK.sub(replace, text)
+    problems += [
+        f"{document}: no <!-- report:{name} --> block" for name in required if name not in found
+    ]
+    return text, new_text, problems
+
+
+def documents(root: Path) -> list[tuple[str, list[str]]]:
+    """The documents to render and the tables each must hold (README.md only with markers)."""
+    docs = [(RESULTS_MD, [t.name for t in TABLES])]
+    readme = root / README_MD
+    if readme.is_file() and "<!-- report:" in readme.read_text():
+        docs.append((README_MD, []))
+    return docs
+
+
+def check(root: Path = REPO_ROOT) -> list[str]:
+    """Every table that differs from its JSON(s), every missing JSON or block; rewrites nothing."""
+    problems: list[str] = []
+    for document, required in documents(root):
+        problems += update(root, document, required)[2]
+    return problems
+
+
+def rewrite(root: Path = REPO_ROOT) -> list[str]:
+    """Rewrite every block whose JSONs are all there; returns what could not be rendered."""
+    problems: list[str] = []
+    for document, required in documents(root):
+        old, new, found = update(root, document, required)
+        if new != old:
+            (root / document).write_text(new)
+            print(f"rewrote {document}")
+        problems += [p for p in found if "differs from its JSON" not in p]
+    return problems
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``vla-edge report``."""
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="rewrite nothing; exit 1 naming each table that differs from its JSON(s)",
+    )
+    parser.add_argument(
+        "--root", type=Path, default=REPO_ROOT, help="repository root (default: this checkout)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``vla-edge report``."""
+    if not (args.root / RESULTS_MD).is_file():
+        print(f"vla-edge report: no {RESULTS_MD} under --root {args.root}", file=sys.stderr)
+        return 2
+    problems = check(args.root) if args.check else rewrite(args.root)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if args.check and problems:
+        print("run `vla-edge report` to rewrite the tables from their JSONs", file=sys.stderr)
+    return 1 if problems else 0
