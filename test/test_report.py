@@ -1,0 +1,116 @@
+"""``vla-edge report``: docs/RESULTS.md's tables against their JSONs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vla_edge.bench import report
+from vla_edge.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Path:
+    """docs/RESULTS.md and every JSON it cites, copied under ``tmp_path``."""
+    paths = {report.RESULTS_MD} | {p for t in report.REGISTRY.values() for p in t.jsons}
+    for path in paths:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO_ROOT / path, tmp_path / path)
+    return tmp_path
+
+
+def _block(text: str, name: str) -> str:
+    start = text.index(f"<!-- report:{name} -->")
+    return text[start : text.index(f"<!-- /report:{name} -->", start)]
+
+
+def test_check_passes_on_the_repository_as_committed():
+    assert report.check(REPO_ROOT) == []
+
+
+def test_every_table_is_in_results_md_and_every_cited_json_exists():
+    text = (REPO_ROOT / report.RESULTS_MD).read_text()
+    for table in report.TABLES:
+        assert f"<!-- report:{table.name} -->" in text
+        for path in table.jsons:
+            assert (REPO_ROOT / path).is_file(), path
+
+
+def test_changed_number_is_named_by_check_and_restored_by_rewrite(repo_copy, capsys):
+    results = repo_copy / report.RESULTS_MD
+    original = results.read_text()
+    bundled = _block(original, "bundled")
+    assert "| `pick_red_block_into_bowl` | 48/50 |" in bundled
+    results.write_text(
+        original.replace(
+            bundled,
+            bundled.replace(
+                "| `pick_red_block_into_bowl` | 48/50 |", "| `pick_red_block_into_bowl` | 47/50 |"
+            ),
+        )
+    )
+
+    assert report.check(repo_copy) == ["docs/RESULTS.md: table 'bundled' differs from its JSON(s)"]
+    assert main(["report", "--check", "--root", str(repo_copy)]) == 1
+    assert "table 'bundled' differs" in capsys.readouterr().err
+    assert results.read_text() != original  # --check rewrites nothing
+
+    assert main(["report", "--root", str(repo_copy)]) == 0
+    assert results.read_text() == original
+    assert main(["report", "--check", "--root", str(repo_copy)]) == 0
+
+
+def test_missing_json_is_named(repo_copy, capsys):
+    missing = "docs/results/bench_control.json"
+    (repo_copy / missing).unlink()
+
+    assert main(["report", "--check", "--root", str(repo_copy)]) == 1
+    err = capsys.readouterr().err
+    assert f"table 'control': {missing} is missing" in err
+    assert "table 'expert'" not in err
+    # the rewrite leaves that block as it is and fails
+    assert main(["report", "--root", str(repo_copy)]) == 1
+
+
+def test_results_md_without_a_table_block_fails_the_check(repo_copy):
+    results = repo_copy / report.RESULTS_MD
+    text = results.read_text()
+    results.write_text(text.replace(_block(text, "sim") + "<!-- /report:sim -->", ""))
+
+    assert report.check(repo_copy) == ["docs/RESULTS.md: no <!-- report:sim --> block"]
+
+
+def test_readme_summary_block_is_rewritten_only_where_its_markers_are(repo_copy):
+    readme = repo_copy / report.README_MD
+    readme.write_text("# vla_edge\n\nNo markers here.\n")
+    assert report.rewrite(repo_copy) == []
+    assert readme.read_text() == "# vla_edge\n\nNo markers here.\n"
+
+    readme.write_text("# vla_edge\n\n<!-- report:summary -->\nstale\n<!-- /report:summary -->\n")
+    assert report.check(repo_copy) == ["README.md: table 'summary' differs from its JSON(s)"]
+    assert report.rewrite(repo_copy) == []
+    summary = _block(readme.read_text(), "summary")
+    assert "464/600 (77.3 %)" in summary
+    assert "26/26 pass" in summary
+    assert "[docs/RESULTS.md](docs/RESULTS.md)" in summary
+    assert report.check(repo_copy) == []
+
+
+def test_unknown_block_name_is_named(repo_copy):
+    results = repo_copy / report.RESULTS_MD
+    results.write_text(results.read_text() + "\n<!-- report:nope -->\n<!-- /report:nope -->\n")
+
+    problems = report.check(repo_copy)
+    assert len(problems) == 1
+    assert "unknown table 'nope'" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(8.79e-6, "0.000009"), (0.02136, "0.021"), (2.6134, "2.61")]
+)
+def test_pct_of_range_is_formatted_as_the_readme_wrote_it(value, text):
+    assert report._pct_of_range(value) == text
