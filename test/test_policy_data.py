@@ -94,7 +94,7 @@ def _mark_as_suite_episodes(path, tasks=("lift_green_block", "put_blue_block_on_
 
 
 def test_suite_episodes_carry_the_layout_of_their_init_state(tmp_path) -> None:
-    from vla_edge.sim.tasks import BLOCKS, OBJECTS, init_state
+    from vla_edge.sim.tasks import OBJECTS, init_state
 
     path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=2, steps=12)
     plain = load_episodes(path, list(CAMERAS), (32, 32), 7)
@@ -111,15 +111,8 @@ def test_suite_episodes_carry_the_layout_of_their_init_state(tmp_path) -> None:
     np.testing.assert_allclose(episodes[3].goal_xy, np.concatenate([xy["blue_block"], xy["plate"]]))
     lift = init_state("lift_green_block", 1000, "train").scene.positions_m["green_block"][:2]
     np.testing.assert_allclose(episodes[0].goal_xy, np.concatenate([lift, lift]), atol=1e-6)
-    # headings: cos 4θ, sin 4θ of each block (a quarter turn looks the same)
-    angles = 4.0 * np.array([scene.yaw_rad(n) for n in BLOCKS])
-    want_heading = np.stack([np.cos(angles), np.sin(angles)], axis=1).reshape(-1)
-    np.testing.assert_allclose(episodes[3].heading, want_heading, atol=1e-6)
-    assert all(ep.heading is None for ep in plain)
     samples = ChunkSamples(episodes[:1] + plain[1:2], list(CAMERAS), 10)
     assert samples.has_layout.tolist() == [True] * 12 + [False] * 12
-    assert samples.has_heading.tolist() == [True] * 12 + [False] * 12
-    assert samples.heading.shape == (24, 2 * len(BLOCKS)) and np.all(samples.heading[12:] == 0)
     assert samples.steps.tolist() == list(range(12)) * 2
     assert np.all(samples.layout[12:] == 0.0)
 
@@ -139,5 +132,3 @@ def test_a_malformed_hand_over_layout_is_treated_as_unknown(tmp_path) -> None:
     first, second = load_episodes(path, list(CAMERAS), (32, 32), 7)
     np.testing.assert_allclose(first.layout_xy, np.arange(2 * len(names), dtype=np.float32))
     assert second.layout_xy is None and second.goal_xy is None
-    # a hand-over stores positions only: no heading for either
-    assert first.heading is None and second.heading is None

@@ -167,7 +167,6 @@ def _probe_cfg(steps: int) -> TrainFileConfig:
     cfg = _file_cfg(steps)
     cfg.train.layout_loss_weight = 1.0
     cfg.train.goal_loss_weight = 1.0
-    cfg.train.heading_loss_weight = 1.0
     cfg.train.layout_loss_steps = 20
     return cfg
 
@@ -185,8 +184,6 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
     assert "per_token.weight" in payload["train_modules"]["layout_probe"]
     goal = [v for _, v in summary["history"]["goal_loss"]]
     assert len(goal) == 120 and np.isfinite(goal).all()
-    heading = [v for _, v in summary["history"]["heading_loss"]]
-    assert len(heading) == 120 and np.isfinite(heading).all()
     cfg.train.steps = 140
     resumed = train(tmp_path / "data", tmp_path / "p.pt", cfg, resume=True, progress=False)
     assert resumed["start_step"] == 120
@@ -199,7 +196,7 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
     train(tmp_path / "data", tmp_path / "ft.pt", cfg, progress=False, init_from=tmp_path / "p.pt")
     source = torch.load(tmp_path / "p.pt", weights_only=True)["train_modules"]
     tuned = torch.load(tmp_path / "ft.pt", weights_only=True)["train_modules"]
-    for probe in ("layout_probe", "goal_probe", "heading_probe"):
+    for probe in ("layout_probe", "goal_probe"):
         for key, value in source[probe].items():
             torch.testing.assert_close(tuned[probe][key], value, atol=1e-6, rtol=0)
     # and so does `vla-edge widen` (the raw weights, of the other first conv, do not)
@@ -210,7 +207,7 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
     args = argparse.Namespace(policy=str(tmp_path / "p.pt"), out=str(tmp_path / "w.pt"))
     assert widen.run(args) == 0
     wide = torch.load(tmp_path / "w.pt", weights_only=True)["train_modules"]
-    assert set(wide) == {"layout_probe", "goal_probe", "heading_probe"}
+    assert set(wide) == {"layout_probe", "goal_probe"}
     for probe in wide:
         for key, value in source[probe].items():
             assert torch.equal(wide[probe][key], value), (probe, key)
@@ -487,7 +484,7 @@ def test_probe_warmup_fits_new_probes_while_the_policy_is_held(tmp_path) -> None
     for stage, state in source["stages"].items():
         for key, value in state.items():
             torch.testing.assert_close(tuned["stages"][stage][key], value, atol=1e-6, rtol=0)
-    assert set(tuned["train_modules"]) == {"layout_probe", "goal_probe", "heading_probe"}
+    assert set(tuned["train_modules"]) == {"layout_probe", "goal_probe"}
     # after the warm-up the policy trains on the usual schedule
     cfg = _probe_cfg(60)
     cfg.train.probe_warmup_steps = 40

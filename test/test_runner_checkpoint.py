@@ -84,6 +84,7 @@ def test_bundled_checkpoint_passes_the_load_checks() -> None:
 USED_REMOVED_FEATURES = {
     ("train_config", "state_noise"): 0.2,
     ("train_config", "state_noise_rad"): 0.01,
+    ("train_config", "heading_loss_weight"): 0.5,
 }
 REMOVED_FIELDS = {
     **{("model_config", k): v for k, (v, _) in REMOVED_MODEL_FIELDS.items()},

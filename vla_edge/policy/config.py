@@ -141,10 +141,6 @@ class TrainConfig(_Strict):
     goal_loss_weight: float = Field(0.0, ge=0.0)
     """Weight of the auxiliary loss that regresses the instructed object's and its
     destination's positions from the fused context (language-conditioned)."""
-    heading_loss_weight: float = Field(0.0, ge=0.0)
-    """Weight of the auxiliary loss that regresses every block's initial heading
-    (``cos 4θ, sin 4θ``) from the visual tokens; episodes with a recorded init
-    state only (recovery episodes store no heading)."""
     layout_loss_steps: int = Field(20, ge=1)
     """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get any
     of the probe losses."""
@@ -198,11 +194,10 @@ class TrainConfig(_Strict):
                 f"probe_warmup_steps = {self.probe_warmup_steps} leaves no step of "
                 f"steps = {self.steps} to train the policy"
             )
-        weights = (self.layout_loss_weight, self.goal_loss_weight, self.heading_loss_weight)
-        if not any(weights):
+        if not (self.layout_loss_weight or self.goal_loss_weight):
             raise ValueError(
                 f"probe_warmup_steps = {self.probe_warmup_steps} needs a probe: "
-                "layout_loss_weight, goal_loss_weight or heading_loss_weight > 0"
+                "layout_loss_weight or goal_loss_weight > 0"
             )
         return self
 
@@ -217,6 +212,7 @@ class TrainFileConfig(_Strict):
 REMOVED_TRAIN_FIELDS: dict[str, tuple[Any, str]] = {
     "state_noise": (0.0, "noise on the measured state in training"),
     "state_noise_rad": (0.0, "noise on the measured state in training (its first name)"),
+    "heading_loss_weight": (0.0, "the block-heading probe"),
 }
 """``train:`` fields of removed features -> (the value the code hard-wires, the feature)."""
 

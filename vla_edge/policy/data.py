@@ -43,10 +43,6 @@ class Episode:
     goal_xy: np.ndarray | None = None
     """``[4]``: initial xy of the instructed object, then of its destination (the
     object itself when the task has none), if known."""
-    heading: np.ndarray | None = None
-    """``[2 * blocks]``: ``cos 4θ, sin 4θ`` of every block's initial heading θ (a
-    square block looks the same every quarter turn), if known: from the recorded
-    init state only (a recovery episode stores no heading at its hand-over)."""
 
     @property
     def length(self) -> int:
@@ -143,51 +139,41 @@ def _read_episode(
         raise DatasetError(f"{where}: attribute instruction is missing")
     instruction = _attr_str(attrs["instruction"])
     task = _attr_str(attrs.get("task", instruction))
-    layout, goal, heading = _scene_targets(attrs, task)
-    return Episode(images, state, actions, instruction, task, name, layout, goal, heading)
+    layout, goal = _scene_targets(attrs, task)
+    return Episode(images, state, actions, instruction, task, name, layout, goal)
 
 
-def _scene_targets(
-    attrs: object, task: str
-) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    """Layout xy, goal xy and block headings of a tabletop-suite episode.
-
-    ``None`` for what is not known: all three for other data, the headings for
-    a recovery episode.
-    """
+def _scene_targets(attrs: object, task: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Layout xy and goal xy of a tabletop-suite episode (``None`` for other data)."""
     from vla_edge.core.errors import InitStateOutOfRangeError, UnknownTaskError
-    from vla_edge.sim.tasks import BLOCKS, OBJECTS, get_task, init_state
+    from vla_edge.sim.tasks import OBJECTS, get_task, init_state
 
     try:
         spec = get_task(task)
     except UnknownTaskError:
-        return None, None, None
-    heading = None
+        return None, None
     if "scene_xy" in attrs and "scene_names" in attrs:
         # recovery episodes: the layout where the recording starts (the hand-over)
         names = [_attr_str(n) for n in attrs["scene_names"]]
         rows = np.asarray(attrs["scene_xy"], dtype=np.float32)
         if rows.shape != (len(names), 2):
-            return None, None, None
+            return None, None
         xy = dict(zip(names, rows, strict=True))
         if any(name not in xy for name in (*OBJECTS, "target")):
-            return None, None, None
+            return None, None
     elif "init_state_id" in attrs and "split" in attrs:
         try:
             scene = init_state(task, int(attrs["init_state_id"]), _attr_str(attrs["split"])).scene
         except (InitStateOutOfRangeError, ValueError):
-            return None, None, None
+            return None, None
         xy = {name: scene.positions_m[name][:2] for name in OBJECTS}
         xy["target"] = scene.target_xy_m
-        angles = 4.0 * np.array([scene.yaw_rad(name) for name in BLOCKS])
-        heading = np.stack([np.cos(angles), np.sin(angles)], axis=1).reshape(-1)
-        heading = heading.astype(np.float32)
     else:
-        return None, None, None
+        return None, None
     layout = np.concatenate([xy[name] for name in (*OBJECTS, "target")]).astype(np.float32)
     destination = xy[spec.ref] if spec.ref else xy[spec.obj]
     goal = np.concatenate([xy[spec.obj], destination]).astype(np.float32)
-    return layout, goal, heading
+    return layout, goal
 
 
 def split_episodes(
@@ -238,9 +224,6 @@ class ChunkSamples:
         layout: ``[N, L]`` the episode's initial layout (zeros where unknown).
         goal: ``[N, 4]`` the episode's goal xy (zeros where unknown).
         has_layout: ``[N]`` whether ``layout`` and ``goal`` are known.
-        heading: ``[N, 2 * blocks]`` the episode's initial block headings
-            (``Episode.heading``; zeros where unknown).
-        has_heading: ``[N]`` whether ``heading`` is known.
     """
 
     def __init__(self, episodes: list[Episode], cameras: list[str], horizon: int) -> None:
@@ -267,11 +250,6 @@ class ChunkSamples:
         self.layout = np.zeros((len(self.states), width), dtype=np.float32)
         self.goal = np.zeros((len(self.states), 4), dtype=np.float32)
         self.has_layout = np.zeros(len(self.states), dtype=bool)
-        heading_width = max(
-            (ep.heading.size for ep in episodes if ep.heading is not None), default=0
-        )
-        self.heading = np.zeros((len(self.states), heading_width), dtype=np.float32)
-        self.has_heading = np.zeros(len(self.states), dtype=bool)
         offset = 0
         for ep in episodes:
             rows = slice(offset, offset + ep.length)
@@ -279,9 +257,6 @@ class ChunkSamples:
                 self.layout[rows] = ep.layout_xy
                 self.goal[rows] = ep.goal_xy
                 self.has_layout[rows] = True
-            if ep.heading is not None and ep.heading.size == heading_width:
-                self.heading[rows] = ep.heading
-                self.has_heading[rows] = True
             offset += ep.length
         self.num_episodes = len(episodes)
 

@@ -13,12 +13,9 @@
   position (``ChunkSamples.layout``) from the visual tokens;
   ``goal_loss_weight`` regresses the instructed object's and its
   destination's positions (``ChunkSamples.goal``) from the fused context, so
-  the instruction must pick them out; ``heading_loss_weight`` regresses every
-  block's initial heading (``ChunkSamples.heading``, as ``cos 4θ, sin 4θ``)
-  from the visual tokens, the one thing the expert aligns the hand to that
-  the positions do not tell. Closed-loop success hinges on making for the
-  instructed object from the start pose, which the action loss alone teaches
-  slowly.
+  the instruction must pick them out. Closed-loop success hinges on making
+  for the instructed object from the start pose, which the action loss alone
+  teaches slowly.
 * ``ema_decay > 0`` keeps an exponential moving average of the weights; the
   checkpoint's policy is that average (the raw weights are stored beside it
   to resume), which smooths out the step-to-step jitter of the last updates.
@@ -156,7 +153,6 @@ def probe_weights(train_cfg: TrainConfig) -> dict[str, float]:
     return {
         "layout": train_cfg.layout_loss_weight,
         "goal": train_cfg.goal_loss_weight,
-        "heading": train_cfg.heading_loss_weight,
     }
 
 
@@ -165,7 +161,6 @@ def probe_targets(samples: ChunkSamples) -> dict[str, tuple[np.ndarray, np.ndarr
     return {
         "layout": (samples.layout, samples.has_layout),
         "goal": (samples.goal, samples.has_layout),
-        "heading": (samples.heading, samples.has_heading),
     }
 
 
