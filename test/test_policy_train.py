@@ -199,37 +199,26 @@ def test_layout_probe_learns_is_saved_and_resumes(tmp_path) -> None:
     for probe in ("layout_probe", "goal_probe"):
         for key, value in source[probe].items():
             torch.testing.assert_close(tuned[probe][key], value, atol=1e-6, rtol=0)
-    # and so does `vla-edge widen` (the raw weights, of the other first conv, do not)
-    import argparse
-
-    from vla_edge.policy import widen
-
-    args = argparse.Namespace(policy=str(tmp_path / "p.pt"), out=str(tmp_path / "w.pt"))
-    assert widen.run(args) == 0
-    wide = torch.load(tmp_path / "w.pt", weights_only=True)["train_modules"]
-    assert set(wide) == {"layout_probe", "goal_probe"}
-    for probe in wide:
-        for key, value in source[probe].items():
-            assert torch.equal(wide[probe][key], value), (probe, key)
 
 
-def test_malformed_training_modules_are_a_named_checkpoint_error(tmp_path, trained, capsys):
-    import argparse
-
-    from vla_edge.policy import widen
-
+def test_malformed_training_modules_are_a_named_checkpoint_error(tmp_path, trained):
     _, root, _ = trained
     payload = torch.load(root / "policy.pt", weights_only=True)
     payload["train_modules"] = {"layout_probe": [1.0, 2.0]}
     torch.save(payload, tmp_path / "bad.pt")
-    args = argparse.Namespace(policy=str(tmp_path / "bad.pt"), out=str(tmp_path / "w.pt"))
-    assert widen.run(args) == 1
-    assert "CheckpointError" in capsys.readouterr().out
-    assert not (tmp_path / "w.pt").exists()
+    _layout_dataset(tmp_path)
+    with pytest.raises(CheckpointError, match="train_modules is not a dict of state dicts"):
+        train(
+            tmp_path / "data",
+            tmp_path / "ft.pt",
+            _probe_cfg(1),
+            progress=False,
+            init_from=tmp_path / "bad.pt",
+        )
+    assert not (tmp_path / "ft.pt").exists()
     # a stored probe of the wrong shape: named, not a torch traceback
     payload["train_modules"] = {"layout_probe": {"per_token.weight": torch.zeros(1)}}
     torch.save(payload, tmp_path / "misfit.pt")
-    _layout_dataset(tmp_path)
     with pytest.raises(CheckpointError, match="layout probe does not fit"):
         train(
             tmp_path / "data",
@@ -260,75 +249,6 @@ def test_init_from_starts_from_the_weights_with_a_fresh_schedule(tmp_path, train
             progress=False,
             init_from=root / "policy.pt",
         )
-
-
-def test_init_from_widens_a_model_to_twice_the_image_size(tmp_path, trained) -> None:
-    from vla_edge.policy.model import VlaPolicy
-
-    _, root, _ = trained
-    write_dataset(tmp_path / "data" / "demos.hdf5", episodes_per_task=2, steps=20, size=64)
-    cfg = _file_cfg(1)
-    cfg.model = tiny_config(
-        image_height=64, image_width=64, vision_downsample=16, vision_first_stride=4
-    )
-    cfg.train.warmup_steps = 0
-    cfg.train.learning_rate, cfg.train.min_learning_rate = 1e-12, 0.0
-    train(
-        tmp_path / "data", tmp_path / "wide.pt", cfg, progress=False, init_from=root / "policy.pt"
-    )
-    source, wide = load_checkpoint(root / "policy.pt"), load_checkpoint(tmp_path / "wide.pt")
-    assert isinstance(wide, VlaPolicy) and wide.config.vision_first_stride == 4
-    images = torch.rand(4, 3, 64, 64)  # two observations of two cameras
-    torch.testing.assert_close(
-        wide.vision_encoder(images),
-        source.vision_encoder(torch.nn.functional.avg_pool2d(images, 2)),
-        atol=1e-4,
-        rtol=1e-4,
-    )
-    for stage in ("fusion", "action_head"):
-        for (name, a), (_, b) in zip(
-            getattr(source, stage).state_dict().items(),
-            getattr(wide, stage).state_dict().items(),
-            strict=True,
-        ):
-            torch.testing.assert_close(a, b, atol=1e-6, rtol=0, msg=name)
-    # a larger image without the matching first stride is another model
-    cfg.model = tiny_config(image_height=64, image_width=64, vision_downsample=16)
-    with pytest.raises(CheckpointError, match="vision_first_stride"):
-        train(
-            tmp_path / "data", tmp_path / "x.pt", cfg, progress=False, init_from=root / "policy.pt"
-        )
-
-
-def test_widen_writes_a_double_size_copy_that_computes_the_same(tmp_path, trained, capsys):
-    import argparse
-
-    from vla_edge.policy import widen
-
-    _, root, _ = trained
-    out = tmp_path / "wide.pt"
-    assert widen.run(argparse.Namespace(policy=str(root / "policy.pt"), out=str(out))) == 0
-    source, wide = load_checkpoint(root / "policy.pt"), load_checkpoint(out)
-    assert (wide.config.image_height, wide.config.vision_first_stride) == (64, 4)
-    assert np.array_equal(wide.stats.action_mean, source.stats.action_mean)
-    assert (
-        wide.checkpoint_info["meta"]["widened_from"]["weights_sha256"]
-        == (source.checkpoint_info["weights_sha256"])
-    )
-    images = torch.rand(4, 3, 64, 64)
-    torch.testing.assert_close(
-        wide.vision_encoder(images),
-        source.vision_encoder(torch.nn.functional.avg_pool2d(images, 2)),
-        atol=1e-4,
-        rtol=1e-4,
-    )
-    # a stride-4 model cannot be widened again; a missing file is named
-    assert widen.run(argparse.Namespace(policy=str(out), out=str(tmp_path / "w2.pt"))) == 1
-    assert "ConfigError: vision_first_stride=4: only a stride-2 first conv" in (
-        capsys.readouterr().out
-    )
-    assert widen.run(argparse.Namespace(policy=str(tmp_path / "nope.pt"), out=str(out))) == 1
-    assert "CheckpointError" in capsys.readouterr().out
 
 
 def test_language_table_swaps_in_rewordings_only_when_augmenting() -> None:

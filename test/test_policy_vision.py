@@ -71,36 +71,3 @@ def test_keypoints_move_the_tokens_when_an_object_moves() -> None:
 def test_negative_keypoint_count_is_a_config_error() -> None:
     with pytest.raises((ConfigError, ValueError), match="vision_keypoints"):
         PolicyConfig(vision_keypoints=-1)
-
-
-def test_widened_first_conv_on_double_size_input_equals_the_original_on_its_average() -> None:
-    import torch.nn.functional as F  # noqa: N812
-
-    from vla_edge.policy.vision import widen_first_conv
-
-    torch.manual_seed(0)
-    small = VisionEncoder(tiny_config(vision_keypoints=4, vision_channels=[8, 16, 16]))
-    large = VisionEncoder(
-        tiny_config(
-            vision_keypoints=4,
-            vision_channels=[8, 16, 16],
-            image_height=64,
-            image_width=64,
-            vision_downsample=16,
-            vision_first_stride=4,
-        )
-    )
-    assert large.trunk[0].kernel_size == (10, 10) and large.trunk[0].stride == (4, 4)
-    large.load_state_dict(widen_first_conv(small.state_dict(), 2))
-    images = torch.rand(4, 3, 64, 64)
-    expected = small(F.avg_pool2d(images, 2))
-    got = large(images)
-    assert got.shape == expected.shape == (4, small.tokens_per_camera, 32)
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-
-
-def test_first_stride_must_be_two_or_four_and_fit_the_downsampling() -> None:
-    with pytest.raises(ValueError, match="vision_first_stride=3"):
-        tiny_config(vision_first_stride=3)
-    with pytest.raises(ValueError, match="vision_downsample=2 must be at least"):
-        tiny_config(vision_downsample=2, vision_first_stride=4)

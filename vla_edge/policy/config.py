@@ -53,10 +53,6 @@ class PolicyConfig(_Strict):
     mlp_ratio: int = Field(4, ge=1, le=8)
     vision_channels: list[int] = Field(default_factory=lambda: [32, 64, 128], min_length=1)
     vision_downsample: int = Field(16, ge=2, le=64)
-    vision_first_stride: int = Field(2, ge=2, le=4)
-    """Stride of the first conv (2, or 4 with a kernel twice as wide): at 4, a 128×128
-    model has a 64×64 model's layer shapes after its first layer, and starts
-    from such a model's weights exactly (:func:`vla_edge.policy.vision.widen_first_conv`)."""
     vision_keypoints: int = Field(0, ge=0, le=256)
     """Spatial-softmax keypoints per camera (0: grid tokens only); each adds one token."""
     fusion_layers: int = Field(2, ge=1, le=12)
@@ -75,13 +71,6 @@ class PolicyConfig(_Strict):
             )
         if self.vision_downsample & (self.vision_downsample - 1):
             raise ValueError(f"vision_downsample={self.vision_downsample} must be a power of two")
-        if self.vision_first_stride not in (2, 4):
-            raise ValueError(f"vision_first_stride={self.vision_first_stride} must be 2 or 4")
-        if self.vision_downsample < self.vision_first_stride:
-            raise ValueError(
-                f"vision_downsample={self.vision_downsample} must be at least "
-                f"vision_first_stride={self.vision_first_stride}"
-            )
         for name in ("image_height", "image_width"):
             size = getattr(self, name)
             if size % self.vision_downsample != 0:
@@ -216,7 +205,9 @@ REMOVED_TRAIN_FIELDS: dict[str, tuple[Any, str]] = {
 }
 """``train:`` fields of removed features -> (the value the code hard-wires, the feature)."""
 
-REMOVED_MODEL_FIELDS: dict[str, tuple[Any, str]] = {}
+REMOVED_MODEL_FIELDS: dict[str, tuple[Any, str]] = {
+    "vision_first_stride": (2, "the stride-4 first conv (`vla-edge widen`)"),
+}
 """``model:`` fields of removed features -> (the value the code hard-wires, the feature)."""
 
 

@@ -49,7 +49,6 @@ from vla_edge.policy.model import (
     save_checkpoint,
 )
 from vla_edge.policy.normalize import ActionCodec, compute_stats
-from vla_edge.policy.vision import WIDENING_KEYS, widen_first_conv
 
 VAL_SEED_OFFSET = 7919
 
@@ -324,53 +323,25 @@ def validation_loss(
     return float(np.mean(losses))
 
 
-def _stored_config(payload: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A checkpoint's model config with the defaults of fields added since it was written.
+def _check_same_model(
+    payload: dict[str, Any], current: PolicyConfig, path: Path, option: str
+) -> None:
+    """Refuse a checkpoint (of ``--resume`` or ``--init-from``) of another model than ``current``.
+
+    The stored config gets the defaults of fields added since it was written.
 
     Raises:
         RemovedFeatureError: the checkpoint was made with a removed feature.
-        CheckpointError: its model config does not validate.
+        CheckpointError: its model config does not validate, or differs from ``current``.
     """
-    config, _ = checkpoint_configs(payload, path)
-    return config.model_dump(mode="json")
-
-
-def _check_resume_config(payload: dict[str, Any], current: PolicyConfig, path: Path) -> None:
-    now = current.model_dump(mode="json")
-    stored = _stored_config(payload, path)
-    for key in sorted(set(now) | set(stored)):
-        if stored.get(key) != now.get(key):
+    stored, _ = checkpoint_configs(payload, path)
+    before, now = stored.model_dump(mode="json"), current.model_dump(mode="json")
+    for key in sorted(set(now) | set(before)):
+        if before.get(key) != now.get(key):
             raise CheckpointError(
-                f"--resume {path}: model_config.{key} = {stored.get(key)!r} in the checkpoint, "
-                f"{now.get(key)!r} in the config; resume needs the same model"
+                f"{option} {path}: model_config.{key} = {before.get(key)!r} in the checkpoint, "
+                f"{now.get(key)!r} in the config; {option} needs the same model"
             )
-
-
-def init_widening(stored: dict[str, Any], current: PolicyConfig, path: Path) -> int:
-    """The factor by which ``--init-from`` widens the source's input (1: same model).
-
-    A stride-2 model may start a stride-4 one at twice the image size (and
-    twice the total downsampling): every layer after the first conv keeps its
-    shape, and :func:`vla_edge.policy.vision.widen_first_conv` maps the first.
-    Any other difference is a :class:`CheckpointError`.
-    """
-    source = _stored_config(stored, path)
-    now = current.model_dump(mode="json")
-    different = sorted(k for k in set(now) | set(source) if source.get(k) != now.get(k))
-    if not different:
-        return 1
-    factor = now["vision_first_stride"] // source["vision_first_stride"]
-    if (
-        set(different) <= set(WIDENING_KEYS)
-        and factor > 1
-        and all(now[key] == factor * source[key] for key in WIDENING_KEYS)
-    ):
-        return factor
-    raise CheckpointError(
-        f"--init-from {path}: model_config differs in {different}; the same model is "
-        f"needed, or one whose {', '.join(WIDENING_KEYS)} are all the source's times "
-        f"the same factor (a stride-4 first conv on a stride-2 model's input x2)"
-    )
 
 
 def train(
@@ -383,10 +354,9 @@ def train(
 ) -> dict[str, Any]:
     """Train (or resume) and write the checkpoint to ``out``; return a summary.
 
-    ``init_from``: start from that checkpoint's weights (same model config, or
-    the same at twice the image size with a stride-4 first conv: see
-    :func:`init_widening`) with a fresh optimizer and schedule, e.g. to
-    fine-tune with other losses or at a higher resolution.
+    ``init_from``: start from that checkpoint's weights (same model config) and
+    training probes with a fresh optimizer and schedule, e.g. to fine-tune on
+    other data.
     """
     from tqdm import tqdm
 
@@ -436,10 +406,8 @@ def train(
     keep_source_stats = init_from is not None and tcfg.init_norm_stats == "source"
     if init_from is not None and not (resume and out.is_file()):
         source = read_checkpoint(init_from)
-        factor = init_widening(source, cfg, Path(init_from))
+        _check_same_model(source, cfg, Path(init_from), "--init-from")
         for name, state in source["stages"].items():
-            if name == "vision_encoder":
-                state = widen_first_conv(state, factor)
             getattr(policy, name).load_state_dict(state)
         # the training-only probes too: fresh ones would send their large early
         # gradients into the trained features
@@ -449,7 +417,7 @@ def train(
     average = None
     if resume and out.is_file():
         payload = read_checkpoint(out)
-        _check_resume_config(payload, cfg, out)
+        _check_same_model(payload, cfg, out, "--resume")
         for name, state in payload["stages"].items():
             getattr(policy, name).load_state_dict(state)
         # the statistics the run started with, whether from its data or its --init-from

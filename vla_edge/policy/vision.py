@@ -7,11 +7,6 @@ stride ``s = vision_downsample`` and ``K = vision_keypoints``. Each camera adds
 its own learned position embedding, so the tokens say which camera and which
 cell (or keypoint) they come from.
 
-With ``vision_first_stride = 4`` the first conv takes 10x10 patches at stride
-4: a 128x128 model then has a 64x64 model's shapes after its first layer, and
-:func:`widen_first_conv` turns a 64x64 model's first conv into one that
-computes exactly the same on 2x2-averaged 128x128 input, to fine-tune from.
-
 Keypoints (``K > 0``): a spatial softmax over the stride-8 feature map (the
 robomimic / Levine et al. readout). Each of ``K`` learned channels becomes a
 probability map; its expected image coordinate ``(x, y)`` in [-1, 1] and the
@@ -53,27 +48,7 @@ class ResidualConvBlock(nn.Module):
 
 
 KEYPOINT_STRIDE = 8
-"""Stride of the feature map the keypoints are read from (or the trunk's, if smaller),
-at ``vision_first_stride = 2``; a stride-4 first conv doubles it with the input size."""
-FIRST_CONV_WEIGHT = "trunk.0.weight"
-WIDENING_KEYS = ("image_height", "image_width", "vision_downsample", "vision_first_stride")
-"""The model-config fields a widened copy has ``factor`` times the source's values of."""
-
-
-def widen_first_conv(state: dict[str, torch.Tensor], factor: int) -> dict[str, torch.Tensor]:
-    """A stride-2 model's vision state with its first conv widened for ``factor``x input.
-
-    Each 5x5 weight becomes a ``factor x factor`` block of itself divided by
-    ``factor**2``: on an image ``factor`` times larger, the widened conv
-    (stride and padding times ``factor``) gives exactly what the original gives
-    on that image averaged over ``factor x factor`` pixels. Everything after the
-    first conv is unchanged.
-    """
-    if factor == 1:
-        return dict(state)
-    weight = state[FIRST_CONV_WEIGHT]
-    wide = weight.repeat_interleave(factor, dim=2).repeat_interleave(factor, dim=3)
-    return {**state, FIRST_CONV_WEIGHT: wide / float(factor * factor)}
+"""Stride of the feature map the keypoints are read from (or the trunk's, if smaller)."""
 
 
 def pixel_coordinates(height: int, width: int) -> torch.Tensor:
@@ -113,16 +88,15 @@ class VisionEncoder(nn.Module):
         self.num_cameras = len(config.cameras)
         self.tokens_per_camera = config.tokens_per_camera
         self.d_model = config.d_model
-        first_stride = config.vision_first_stride
-        n_stages = int(math.log2(config.vision_downsample)) - int(math.log2(first_stride)) + 1
+        n_stages = int(math.log2(config.vision_downsample))  # one stride-2 conv each
         layers: list[nn.Module] = []
         c_in = 3
         kp_stage = min(int(math.log2(KEYPOINT_STRIDE)), n_stages) - 1
         self._keypoint_tap = -1
         for i in range(n_stages):
             c_out = config.vision_channels[min(i, len(config.vision_channels) - 1)]
-            if i == 0:  # 5x5 at stride 2; 10x10 at stride 4 (the same reach in pixels)
-                conv = nn.Conv2d(c_in, c_out, 5 * first_stride // 2, first_stride, first_stride)
+            if i == 0:
+                conv = nn.Conv2d(c_in, c_out, 5, stride=2, padding=2)
             else:
                 conv = nn.Conv2d(c_in, c_out, 3, stride=2, padding=1)
             layers += [
@@ -135,7 +109,7 @@ class VisionEncoder(nn.Module):
             c_in = c_out
             if i == kp_stage:
                 self._keypoint_tap = len(layers) - 1
-                kp_channels, kp_stride = c_out, first_stride * 2**i
+                kp_channels, kp_stride = c_out, 2 ** (i + 1)
         self.trunk = nn.Sequential(*layers)
         self.keypoints: SpatialSoftmaxKeypoints | None = None
         if config.vision_keypoints > 0:
