@@ -251,59 +251,6 @@ def test_init_from_starts_from_the_weights_with_a_fresh_schedule(tmp_path, train
         )
 
 
-def test_language_table_swaps_in_rewordings_only_when_augmenting() -> None:
-    from vla_edge.policy.train import LanguageTable
-
-    rewordings = {INSTRUCTIONS[0]: ["move the red cube into the bowl", "drop the red block in it"]}
-    table = LanguageTable(list(INSTRUCTIONS), rewordings, 0.5, 32)
-    assert table.texts[2:] == rewordings[INSTRUCTIONS[0]]
-    ids = torch.tensor([0] * 400 + [1] * 400)
-    gen = torch.Generator().manual_seed(0)
-    plain = table.lookup(ids, gen, augment=False)
-    assert torch.equal(plain[:400], table.embeddings[[0] * 400])
-    mixed = table.lookup(ids, gen, augment=True)
-    rows = [int(torch.argmin((table.embeddings - row).abs().sum(dim=1))) for row in mixed]
-    first = np.bincount(rows[:400], minlength=4)
-    assert first[0] > 120 and first[2] > 50 and first[3] > 50 and first[1] == 0
-    # instruction 1 has no rewordings: always its own embedding
-    assert set(rows[400:]) == {1}
-    # without rewordings in use, no random numbers are drawn
-    off = LanguageTable(list(INSTRUCTIONS), {}, 0.5, 32)
-    gen_a, gen_b = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
-    off.lookup(ids, gen_a, augment=True)
-    assert torch.equal(torch.rand(4, generator=gen_a), torch.rand(4, generator=gen_b))
-
-
-def test_a_policy_trained_with_a_rewording_follows_it(tmp_path, trained) -> None:
-    _, root, _ = trained
-    cfg = _file_cfg(300)
-    wording = "turn the first joint the other way round"
-    cfg.train.instruction_rewordings = {INSTRUCTIONS[0]: [wording]}
-    cfg.train.reword_probability = 0.5
-    train(root / "data", tmp_path / "reworded.pt", cfg, progress=False)
-    runner = TorchRunner(tmp_path / "reworded.pt", seed=0)
-    noise = np.random.default_rng(0).standard_normal((10, 7)).astype(np.float32)
-    a = runner.infer(_observation(wording, 0), noise=noise).positions
-    # the rewording stands for instruction 0, demonstrated moving joint1 up
-    assert a[-1, 0] - a[0, 0] > 0.1
-
-
-def test_rewordings_of_an_unrecorded_instruction_or_empty_ones_are_named_errors(
-    tmp_path, trained
-) -> None:
-    from vla_edge.config.loader import validate_params
-    from vla_edge.core.errors import ConfigError
-
-    _, root, _ = trained
-    cfg = _file_cfg(2)
-    cfg.train.instruction_rewordings = {"open the drawer": ["pull the drawer open"]}
-    with pytest.raises(ConfigError, match="open the drawer.*match no instruction recorded"):
-        train(root / "data", tmp_path / "x.pt", cfg, progress=False)
-    for bad in ({"a b": []}, {"a b": ["  "]}, {"a b": ["a b"]}):
-        with pytest.raises(ConfigError, match="instruction_rewordings"):
-            validate_params(TrainConfig, {"instruction_rewordings": bad}, "train.yaml")
-
-
 def test_update_ema_moves_the_average_towards_the_weights_and_copies_buffers() -> None:
     from vla_edge.policy.train import ema_decay_at, update_ema
 

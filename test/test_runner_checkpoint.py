@@ -85,6 +85,8 @@ USED_REMOVED_FEATURES = {
     ("train_config", "state_noise"): 0.2,
     ("train_config", "state_noise_rad"): 0.01,
     ("train_config", "heading_loss_weight"): 0.5,
+    ("train_config", "instruction_rewordings"): {"lift the green block": ["raise it"]},
+    ("train_config", "reword_probability"): 0.5,
     ("model_config", "vision_first_stride"): 4,
 }
 REMOVED_FIELDS = {

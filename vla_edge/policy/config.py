@@ -133,13 +133,6 @@ class TrainConfig(_Strict):
     layout_loss_steps: int = Field(20, ge=1)
     """Only samples at steps ``k < layout_loss_steps`` (objects not yet moved) get any
     of the probe losses."""
-    instruction_rewordings: dict[str, list[str]] = Field(default_factory=dict)
-    """Other wordings of a recorded instruction (key: the instruction as recorded),
-    used in place of it with probability ``reword_probability``. Keep them apart
-    from any wordings held out for evaluation."""
-    reword_probability: float = Field(0.0, ge=0.0, le=1.0)
-    """Probability that a training sample's instruction is replaced by one of its
-    ``instruction_rewordings`` (uniformly); validation always uses the recorded one."""
     probe_warmup_steps: int = Field(0, ge=0)
     """Steps at the start of the run (counted in ``steps``) in which only the probes
     learn, at ``probe_warmup_learning_rate``, and the policy's weights are held: for
@@ -158,21 +151,6 @@ class TrainConfig(_Strict):
     checkpoint's policy (and the validation loss) is the average; the raw weights
     travel with it for ``--resume``. The effective decay ramps up as
     ``min(ema_decay, (1 + s) / (10 + s))`` over the run's steps ``s``."""
-
-    @model_validator(mode="after")
-    def _check_rewordings(self) -> TrainConfig:
-        for key, wordings in self.instruction_rewordings.items():
-            if not key.strip():
-                raise ValueError("instruction_rewordings has an empty instruction as a key")
-            if not wordings:
-                raise ValueError(f"instruction_rewordings[{key!r}] is an empty list")
-            for text in wordings:
-                if not text.strip() or text == key:
-                    raise ValueError(
-                        f"instruction_rewordings[{key!r}] holds {text!r}: each rewording "
-                        "must be a non-empty string other than the instruction itself"
-                    )
-        return self
 
     @model_validator(mode="after")
     def _check_probe_warmup(self) -> TrainConfig:
@@ -202,6 +180,8 @@ REMOVED_TRAIN_FIELDS: dict[str, tuple[Any, str]] = {
     "state_noise": (0.0, "noise on the measured state in training"),
     "state_noise_rad": (0.0, "noise on the measured state in training (its first name)"),
     "heading_loss_weight": (0.0, "the block-heading probe"),
+    "instruction_rewordings": ({}, "training-time instruction rewording"),
+    "reword_probability": (0.0, "training-time instruction rewording"),
 }
 """``train:`` fields of removed features -> (the value the code hard-wires, the feature)."""
 

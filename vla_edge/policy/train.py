@@ -54,55 +54,11 @@ VAL_SEED_OFFSET = 7919
 
 
 def embed_instructions(instructions: list[str], max_tokens: int) -> torch.Tensor:
-    """``[n, 384]`` frozen-MiniLM embeddings, one per distinct instruction."""
+    """``[n, 384]`` frozen-MiniLM embeddings, row ``i`` that of ``instructions[i]``."""
     from vla_edge.policy.language import InstructionEmbedder
 
     embedder = InstructionEmbedder(max_tokens)
     return torch.cat([embedder(text) for text in instructions], dim=0)
-
-
-class LanguageTable:
-    """Cached embeddings of a sample set's instructions and of their training rewordings.
-
-    Row ``i`` of ``wordings`` lists the table rows of instruction ``i`` (the
-    recorded wording first, then its rewordings); ``lookup`` returns the
-    recorded wording's embedding, or with probability ``reword_probability``
-    one of its rewordings.
-    """
-
-    def __init__(
-        self,
-        instructions: list[str],
-        rewordings: dict[str, list[str]],
-        reword_probability: float,
-        max_tokens: int,
-    ) -> None:
-        texts = list(instructions)
-        rows = []
-        for i, instruction in enumerate(instructions):
-            extra = rewordings.get(instruction, [])
-            rows.append([i, *range(len(texts), len(texts) + len(extra))])
-            texts.extend(extra)
-        self.texts = texts
-        self.embeddings = embed_instructions(texts, max_tokens)
-        width = max(len(r) for r in rows)
-        self.wordings = torch.tensor([r + [r[0]] * (width - len(r)) for r in rows])
-        self.counts = torch.tensor([len(r) for r in rows])
-        self.reword_probability = reword_probability if width > 1 else 0.0
-
-    def lookup(self, ids: torch.Tensor, generator: torch.Generator, augment: bool) -> torch.Tensor:
-        """``[N, 384]`` embeddings of instructions ``ids`` (rewordings only when ``augment``).
-
-        Draws from ``generator`` only when rewordings are in use, so runs
-        without them consume the same random numbers as before they existed.
-        """
-        if not augment or self.reword_probability <= 0.0:
-            return self.embeddings[self.wordings[ids, 0]]
-        swap = torch.rand(len(ids), generator=generator) < self.reword_probability
-        extra = self.counts[ids] - 1
-        pick = 1 + (torch.rand(len(ids), generator=generator) * extra).long().clamp(max=extra - 1)
-        column = torch.where(swap & (extra > 0), pick, torch.zeros_like(pick))
-        return self.embeddings[self.wordings[ids, column]]
 
 
 def shift_images(
@@ -240,13 +196,16 @@ def batch_loss(
     policy: VlaPolicy,
     samples: ChunkSamples,
     idx: np.ndarray,
-    lang_table: LanguageTable,
+    embeddings: torch.Tensor,
     train_cfg: TrainConfig,
     generator: torch.Generator,
     augment: bool,
     probes: dict[str, LayoutProbe] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Flow-matching loss of samples ``idx`` (``flow_samples_per_obs`` draws per observation).
+
+    ``embeddings``: :func:`embed_instructions` of ``samples.instructions``;
+    ``augment``: shift the images (training, not validation).
 
     Returns:
         The flow-matching loss and the loss of each probe over the samples
@@ -261,7 +220,7 @@ def batch_loss(
     images = images.permute(0, 1, 4, 2, 3).reshape(-1, 3, cfg.image_height, cfg.image_width)
     if augment:
         images = shift_images(images, train_cfg.shift_pixels, generator)
-    lang = lang_table.lookup(torch.from_numpy(samples.instruction_ids[idx]), generator, augment)
+    lang = embeddings[torch.from_numpy(samples.instruction_ids[idx])]
     visual = policy.vision_encoder(images)
     context = policy.fusion(visual, lang, state_norm)
     aux: dict[str, torch.Tensor] = {}
@@ -305,7 +264,7 @@ def _sample_beta(
 def validation_loss(
     policy: VlaPolicy,
     samples: ChunkSamples,
-    lang_table: LanguageTable,
+    embeddings: torch.Tensor,
     train_cfg: TrainConfig,
 ) -> float:
     """Mean loss over ``val_batches`` fixed batches (same draws every time)."""
@@ -317,7 +276,7 @@ def validation_loss(
         for _ in range(train_cfg.val_batches):
             idx = rng.integers(0, len(samples), size=min(train_cfg.batch_size, len(samples)))
             losses.append(
-                float(batch_loss(policy, samples, idx, lang_table, train_cfg, gen, False)[0])
+                float(batch_loss(policy, samples, idx, embeddings, train_cfg, gen, False)[0])
             )
     policy.train()
     return float(np.mean(losses))
@@ -372,22 +331,9 @@ def train(
     instructions = sorted(
         set(train_set.instructions) | set(val_set.instructions if val_set else [])
     )
-    unmatched = sorted(set(tcfg.instruction_rewordings) - set(instructions))
-    if unmatched:
-        raise ConfigError(
-            f"train.instruction_rewordings: {unmatched} match no instruction recorded in "
-            f"{data}; recorded: {instructions}"
-        )
-    lang_train = LanguageTable(
-        train_set.instructions,
-        tcfg.instruction_rewordings,
-        tcfg.reword_probability,
-        cfg.max_instruction_tokens,
-    )
+    lang_train = embed_instructions(train_set.instructions, cfg.max_instruction_tokens)
     lang_val = (
-        LanguageTable(val_set.instructions, {}, 0.0, cfg.max_instruction_tokens)
-        if val_set
-        else None
+        embed_instructions(val_set.instructions, cfg.max_instruction_tokens) if val_set else None
     )
 
     policy = VlaPolicy(cfg, stats)
