@@ -46,9 +46,6 @@ RECOVERY_MIN_BUDGET_S = 15.0
 HANDOVER_RANGE_S = (0.5, 8.0)
 # stop recording once success has held this long (shows the release and retreat)
 SUCCESS_HOLD_S = 1.0
-# failures-only collection: at most this many runs per requested episode in all
-# (runs the policy solves included), so a policy that solves every run ends it
-FAILURES_ONLY_MAX_RUNS_FACTOR = 10
 
 
 @dataclass
@@ -74,9 +71,6 @@ class Episode:
     """Recovery episodes: xy of every object and of the target at the hand-over."""
     perturb_scale: float = 0.0
     """Scale of the executed-target noise (0: a clean demonstration)."""
-    solved_by_policy: bool = False
-    """Recovery episodes with ``failures_only``: the policy met the task before the
-    hand-over, so the expert never took over and nothing is recorded."""
 
 
 def rollout_expert(
@@ -116,7 +110,6 @@ def rollout_recovery(
     replan_steps: int = 5,
     split: Split = "train",
     success_hold_s: float = SUCCESS_HOLD_S,
-    failures_only: bool = False,
 ) -> Episode:
     """Let ``policy`` drive for ``handover_s``, then record the expert taking over.
 
@@ -126,10 +119,7 @@ def rollout_recovery(
     objects (:meth:`ScriptedExpert.take_over`), so the recorded episode starts
     in a state the policy itself reaches and shows the way back (re-grasps
     after a slip included). ``Episode.handover_s`` and ``Episode.scene_xy``
-    (object and target xy at the hand-over) are set. With ``failures_only`` a
-    run the policy solves before the hand-over stops there, unrecorded
-    (``Episode.solved_by_policy``): the take-overs then start only from
-    states where the policy has not (yet) done the task, e.g. stalled.
+    (object and target xy at the hand-over) are set.
     """
     if replan_steps < 1:
         raise ValueError(f"replan_steps = {replan_steps}: must be >= 1")
@@ -145,11 +135,6 @@ def rollout_recovery(
         i = min(k - first, chunk.horizon - 2)
         for _ in _steps_toward(env, chunk.positions[i], chunk.positions[i + 1]):
             pass
-        if failures_only and env.success():
-            episode = Episode(task, int(init_state_id), split, env.instruction, False)
-            episode.solved_by_policy = True
-            episode.wall_s = time.perf_counter() - wall0
-            return episode
     episode = Episode(task, int(init_state_id), split, env.instruction, False)
     episode.handover_s = env.time_s
     scene = env.scene_state()
@@ -265,7 +250,6 @@ def collect(
     recover_with: str | None = None,
     handover_range_s: tuple[float, float] = HANDOVER_RANGE_S,
     threads: int = 1,
-    failures_only: bool = False,
     perturb_scale: float = 0.0,
 ) -> dict[str, dict[str, float]]:
     """Record ``episodes_per_task`` successful expert episodes per task.
@@ -274,21 +258,16 @@ def collect(
     ``seed * 10000`` so different seeds give disjoint layouts. With
     ``recover_with`` (a ``--policy`` string) every episode is a recovery
     episode (:func:`rollout_recovery`) whose hand-over time is drawn uniformly
-    from ``handover_range_s``; with ``failures_only`` runs the policy solves
-    before the hand-over are skipped (not counted against
-    ``max_attempts_factor``; at most ``FAILURES_ONLY_MAX_RUNS_FACTOR`` runs per
-    requested episode in all). With ``perturb_scale`` > 0 every expert
+    from ``handover_range_s``. With ``perturb_scale`` > 0 every expert
     episode is executed with :class:`ExecutionPerturbation` noise of that scale
     (not with ``recover_with``). Returns per-task statistics (successes,
-    attempts, runs solved by the policy, mean wall time).
+    attempts, mean wall time).
     """
     for name in tasks:
         get_task(name)
     lo, hi = handover_range_s
     if not 0.0 <= lo <= hi:
         raise ConfigError(f"handover_range_s = {handover_range_s}: need 0 <= low <= high")
-    if failures_only and recover_with is None:
-        raise ConfigError("failures_only needs recover_with: it selects recovery episodes")
     if perturb_scale and recover_with is not None:
         raise ConfigError(
             f"perturb_scale = {perturb_scale} with recover_with: perturbation applies to "
@@ -307,11 +286,10 @@ def collect(
     rng = np.random.default_rng(seed)
     stats: dict[str, dict[str, float]] = {}
     bar = tqdm(total=episodes_per_task * len(tasks), disable=not progress, unit="demo")
-    max_runs = max(max_attempts_factor, FAILURES_ONLY_MAX_RUNS_FACTOR) * episodes_per_task
     try:
         for name in tasks:
             path = out_dir / f"{name}.hdf5"
-            kept = attempts = solved = 0
+            kept = attempts = 0
             walls = []
             with h5py.File(path, "w") as f:
                 data = f.create_group("data")
@@ -325,9 +303,7 @@ def collect(
                 if recover_with is not None:
                     data.attrs["recover_with"] = recover_with
                 while (
-                    kept < episodes_per_task
-                    and attempts - solved < max_attempts_factor * episodes_per_task
-                    and attempts < max_runs
+                    kept < episodes_per_task and attempts < max_attempts_factor * episodes_per_task
                 ):
                     init_id = seed * 10_000 + attempts
                     attempts += 1
@@ -344,16 +320,7 @@ def collect(
                         )
                     else:
                         handover_s = float(rng.uniform(lo, hi))
-                        episode = rollout_recovery(
-                            env,
-                            runner,
-                            policy,
-                            name,
-                            init_id,
-                            handover_s,
-                            failures_only=failures_only,
-                        )
-                        solved += int(episode.solved_by_policy)
+                        episode = rollout_recovery(env, runner, policy, name, init_id, handover_s)
                     walls.append(episode.wall_s)
                     if not episode.success:
                         continue
@@ -364,7 +331,6 @@ def collect(
             stats[name] = {
                 "successes": kept,
                 "attempts": attempts,
-                "solved_by_policy": solved,
                 "mean_wall_s": float(np.mean(walls)) if walls else 0.0,
             }
     finally:
@@ -398,11 +364,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=list(HANDOVER_RANGE_S),
         metavar=("LOW", "HIGH"),
         help="recovery episodes: range of the policy's share (s), drawn uniformly",
-    )
-    parser.add_argument(
-        "--failures-only",
-        action="store_true",
-        help="recovery episodes: skip runs the policy solves before the hand-over",
     )
     parser.add_argument("--threads", type=int, default=1, help="policy inference threads")
     parser.add_argument(
@@ -438,16 +399,14 @@ def run(args: argparse.Namespace) -> int:
             recover_with=args.recover_with,
             handover_range_s=(args.handover_s[0], args.handover_s[1]),
             threads=args.threads,
-            failures_only=args.failures_only,
             perturb_scale=args.perturb,
         )
     except ConfigError as exc:
         raise SystemExit(str(exc)) from None
     for name, row in stats.items():
-        solved = f" ({int(row['solved_by_policy'])} solved by the policy)"
         print(
-            f"{name}: {int(row['successes'])}/{int(row['attempts'])} successful"
-            f"{solved if args.failures_only else ''}, {row['mean_wall_s']:.1f} s per episode"
+            f"{name}: {int(row['successes'])}/{int(row['attempts'])} successful, "
+            f"{row['mean_wall_s']:.1f} s per episode"
         )
     short = [n for n, r in stats.items() if r["successes"] < args.episodes_per_task]
     return 1 if short else 0
