@@ -1,4 +1,4 @@
-"""``vla-edge collect`` writes readable HDF5 demos; the lazy reader pads chunks."""
+"""``vla-edge collect`` writes HDF5 demos in the documented layout that training reads."""
 
 import h5py
 import numpy as np
@@ -6,7 +6,8 @@ import pytest
 
 from vla_edge.cli import main
 from vla_edge.core.errors import DatasetError
-from vla_edge.sim.dataset import DemoReader, action_chunk, demo_files
+from vla_edge.policy.data import load_episodes
+from vla_edge.sim.dataset import demo_files
 
 
 @pytest.fixture(scope="module")
@@ -46,49 +47,20 @@ def test_collect_writes_the_documented_layout(demos):
         assert demo["obs/state"][-1, 6] < 0.03
 
 
-def test_reader_gives_padded_chunks(demos):
-    reader = DemoReader(demos)
-    assert [e.task for e in reader.episodes] == ["lift_green_block"]
-    n = len(reader)
-    last = reader.sample(n - 1, horizon=10)
-    assert last["actions"].shape == (10, 7)
-    assert last["is_pad"].tolist() == [False] + [True] * 9
-    np.testing.assert_array_equal(last["actions"][1:], np.repeat(last["actions"][:1], 9, axis=0))
-    first = reader.sample(0)
-    assert first["images"]["wrist"].shape == (16, 16, 3)
-    assert first["instruction"] == "lift the green block"
-    assert not first["is_pad"].any()
-    episode = reader.episode(0)
-    np.testing.assert_array_equal(first["actions"], episode["actions"][:10])
-    reader.close()
+def test_training_reads_the_collected_episode_with_its_layout(demos):
+    (episode,) = load_episodes(demos, ["agentview", "wrist"], (16, 16), 7)
+    assert episode.task == "lift_green_block"
+    assert episode.instruction == "lift the green block"
+    assert episode.images["wrist"].shape == (episode.length, 16, 16, 3)
+    # the recorded init state gives the training probes their targets
+    assert episode.layout_xy is not None and episode.goal_xy is not None
 
 
-def test_reader_filters_by_task_and_reports_missing_data(demos, tmp_path):
-    with pytest.raises(DatasetError, match="no episode"):
-        DemoReader(demos, tasks=["stack_red_on_green"])
+def test_a_missing_or_empty_data_path_is_a_named_dataset_error(tmp_path):
     with pytest.raises(DatasetError, match="no such file or folder"):
         demo_files(tmp_path / "absent")
     with pytest.raises(DatasetError, match="no .hdf5"):
         demo_files(tmp_path)
-    broken = tmp_path / "broken.hdf5"
-    with h5py.File(broken, "w") as f:
-        g = f.create_group("data/demo_0")
-        g.create_dataset("actions", data=np.zeros((3, 7)))
-        for key in ("instruction", "task", "init_state_id", "seed", "dt_action_s"):
-            g.attrs[key] = 0
-    with pytest.raises(DatasetError, match="field obs/state is missing"):
-        DemoReader(broken)
-
-
-def test_action_chunk_pads_with_the_last_row_and_checks_k():
-    actions = np.arange(12.0).reshape(4, 3)
-    chunk, is_pad = action_chunk(actions, 2, 5)
-    np.testing.assert_array_equal(
-        chunk, [[6, 7, 8], [9, 10, 11], [9, 10, 11], [9, 10, 11], [9, 10, 11]]
-    )
-    assert is_pad.tolist() == [False, False, True, True, True]
-    with pytest.raises(DatasetError, match="step k = 4"):
-        action_chunk(actions, 4, 5)
 
 
 def test_collect_rejects_an_unknown_task(tmp_path):
