@@ -26,7 +26,8 @@ from vla_edge.core.errors import ConfigError
 
 DEFAULT_STD_RAD = (0.03, 0.03, 0.03, 0.01, 0.03, 0.2)
 """Stationary std of the executed offset per arm joint at scale 1 (rad): about
-1.5 cm at the hand for the large joints, 11 degrees of hand heading (joint 6)."""
+1.5 cm at the hand for the large joints, 11 degrees of hand heading (joint 6);
+``scale`` multiplies it."""
 
 DEFAULT_TAU_S = 0.5
 """Correlation time of the offset: it drifts like a policy's error, not like sensor noise."""
@@ -68,40 +69,23 @@ class ExecutionPerturbation:
     """Smooth per-joint offsets added to executed arm targets (never to recorded ones).
 
     Args:
-        scale: multiplies ``std_rad`` (0: no perturbation).
+        scale: multiplies :data:`DEFAULT_STD_RAD` (0: no perturbation).
         rng: the episode's random generator.
         dt_action_s: time between two calls of :meth:`step`.
-        std_rad: stationary std per arm joint at scale 1.
-        tau_s: correlation time of the process.
 
     Raises:
-        ConfigError: a scale outside ``[0, MAX_SCALE]``, a non-positive time or a
-            negative or non-finite std.
+        ConfigError: a scale outside ``[0, MAX_SCALE]`` or a non-positive time.
     """
 
-    def __init__(
-        self,
-        scale: float,
-        rng: np.random.Generator,
-        dt_action_s: float = 0.1,
-        std_rad: tuple[float, ...] = DEFAULT_STD_RAD,
-        tau_s: float = DEFAULT_TAU_S,
-    ) -> None:
+    def __init__(self, scale: float, rng: np.random.Generator, dt_action_s: float = 0.1) -> None:
         if not 0.0 <= scale <= MAX_SCALE:
             raise ConfigError(f"perturbation scale = {scale}: expected 0 <= scale <= {MAX_SCALE}")
-        if not dt_action_s > 0.0 or not tau_s > 0.0:
-            raise ConfigError(
-                f"perturbation dt_action_s = {dt_action_s}, tau_s = {tau_s}: both must be > 0"
-            )
-        std = np.asarray(std_rad, dtype=np.float64)
-        if std.ndim != 1 or not np.all(np.isfinite(std)) or np.any(std < 0.0):
-            raise ConfigError(
-                f"perturbation std_rad = {list(std_rad)}: expected finite values >= 0"
-            )
+        if not dt_action_s > 0.0:
+            raise ConfigError(f"perturbation dt_action_s = {dt_action_s}: must be > 0")
         self.scale = float(scale)
-        self.std_rad = self.scale * std
+        self.std_rad = self.scale * np.asarray(DEFAULT_STD_RAD, dtype=np.float64)
         self.rng = rng
-        self.decay = math.exp(-dt_action_s / tau_s)
+        self.decay = math.exp(-dt_action_s / DEFAULT_TAU_S)
         self._state = np.zeros_like(self.std_rad)
 
     @property
