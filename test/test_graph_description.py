@@ -117,6 +117,7 @@ def test_safety_node_imports_only_the_safety_core_core_config_and_ros():
             "vla_edge.nodes",
             "vla_edge.nodes.safety_node",
             "vla_edge.nodes.lifecycle",
+            "vla_edge.nodes.params",  # parameter declaration (imports config only)
         )
         and not m.startswith(allowed)
     ]

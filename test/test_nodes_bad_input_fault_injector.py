@@ -1,7 +1,8 @@
 """The fault injector node survives malformed frames and refuses bad parameters (no ROS graph).
 
 ``_on_image`` runs on a stand-in holding just the attributes it uses; the
-parameters are checked by the same validation the node runs at start-up.
+parameters go through the declaration the node runs at start-up
+(:func:`~vla_edge.nodes.params.declare_config`) on a plain rclpy node.
 """
 
 from pathlib import Path
@@ -9,17 +10,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import rclpy
+from rclpy.parameter import Parameter
 from sensor_msgs.msg import Image
 
 from vla_edge.config.loader import load_node_params
 from vla_edge.core.errors import ConfigError
 from vla_edge.nodes.conversions import array_to_image, image_to_array
-from vla_edge.nodes.fault_injector_node import (
-    FaultInjectorNode,
-    FaultInjectorParams,
-    params_from_values,
-)
+from vla_edge.nodes.fault_injector_node import FaultInjectorNode, FaultInjectorParams
 from vla_edge.nodes.metrics import BadInputCounter
+from vla_edge.nodes.params import declare_config
 
 ROOT = Path(__file__).resolve().parents[1]
 STAMP_S = 1_700_000_000.0
@@ -31,6 +31,28 @@ class _Publisher:
 
     def publish(self, msg):
         self.sent.append(msg)
+
+
+@pytest.fixture
+def declare():
+    """``declare(values)``: the injector's parameters declared on a node started with ``values``."""
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    nodes = []
+
+    def declare_values(values):
+        node = rclpy.create_node(
+            "fault_injector_node",
+            context=context,
+            parameter_overrides=[Parameter(k, value=v) for k, v in values.items()],
+        )
+        nodes.append(node)
+        return declare_config(node, FaultInjectorParams)
+
+    yield declare_values
+    for node in nodes:
+        node.destroy_node()
+    context.shutdown()
 
 
 def _node():
@@ -82,17 +104,17 @@ def test_rgb8_frame_goes_through_the_injector_with_its_pixels_and_stamp():
 
 @pytest.mark.parametrize("name", ["poll_rate_hz", "diagnostics_rate_hz", "dt_action_s"])
 @pytest.mark.parametrize("value", [0.0, -1.0])
-def test_non_positive_rate_or_step_is_a_config_error_naming_it(name, value):
+def test_non_positive_rate_or_step_is_a_config_error_naming_it(declare, name, value):
     with pytest.raises(ConfigError, match=rf"fault_injector_node: {name} = {value}"):
-        params_from_values({name: value})
+        declare({name: value})
 
 
-def test_wrongly_typed_parameter_is_a_config_error():
+def test_wrongly_typed_parameter_is_a_config_error(declare):
     with pytest.raises(ConfigError, match="poll_rate_hz = 'fast'"):
-        params_from_values({"poll_rate_hz": "fast"})
+        declare({"poll_rate_hz": "fast"})
 
 
-def test_shipped_parameters_are_valid():
+def test_shipped_parameters_are_valid(declare):
     path = ROOT / "config" / "faults" / "fault_injector_node.yaml"
     params = load_node_params(path, "fault_injector_node", FaultInjectorParams)
-    assert params == params_from_values({})
+    assert params == declare({})

@@ -48,7 +48,7 @@ from vla_edge.nodes.conversions import (
 from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
 from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
-from vla_edge.nodes.params import config_from_parameters
+from vla_edge.nodes.params import declare_config
 
 DIAGNOSTICS_PERIOD_S = 1.0
 DIAGNOSTIC_NAME = "vla_edge/controller"
@@ -60,8 +60,8 @@ class ControllerNode(Node):
     """Thin adapter: ROS messages in, :class:`Controller` in the middle, commands out."""
 
     def __init__(self) -> None:
-        super().__init__("controller_node", automatically_declare_parameters_from_overrides=True)
-        self.config = config_from_parameters(self, ControllerConfig)
+        super().__init__("controller_node")
+        self.config = declare_config(self, ControllerConfig)
         self.joint_names = tuple(self.config.joint_names)
         self.controller: Controller | None = None
         self.watchdog = Watchdog.from_controller_config(self.config, start_s=self._now_s())

@@ -23,18 +23,17 @@ window, and the poll timer runs on the steady clock.
 frames that are not ``rgb8`` or whose data do not match their size; like
 malformed chunks, they are passed on unchanged for the consumer to refuse).
 
-Parameters are validated at start-up (:class:`FaultInjectorParams`); a bad one is
-a :class:`~vla_edge.core.errors.ConfigError` naming it.
+Parameters are declared from :class:`FaultInjectorParams` (descriptors with
+description, type and range) and validated at start-up; a bad one is a
+:class:`~vla_edge.core.errors.ConfigError` naming it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -42,7 +41,7 @@ from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from vla_edge.config.loader import load_node_params, validate_params
+from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import FaultInjectorParams, SafetyConfig
 from vla_edge.config.paths import config_path
 from vla_edge.core.clock import EpisodeClock
@@ -67,6 +66,7 @@ from vla_edge.nodes.conversions import (
 )
 from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
+from vla_edge.nodes.params import declare_config
 
 DIAGNOSTIC_NAME = "vla_edge/fault_injector"
 RAW_SUFFIX = "_raw"
@@ -76,27 +76,12 @@ NOT_ARMED_T_S = -1.0e9
 CLOCK_STEP_S = 0.5
 
 
-def params_from_values(values: dict[str, Any]) -> FaultInjectorParams:
-    """Validate the node's parameter values.
-
-    Raises:
-        ConfigError: a value is of the wrong type or out of bounds (names field, value, bound).
-    """
-    return validate_params(FaultInjectorParams, values, "node fault_injector_node")
-
-
 class FaultInjectorNode(Node):
     """Republishes the topic a scenario corrupts, with the fault applied."""
 
     def __init__(self) -> None:
         super().__init__("fault_injector_node")
-        # any type on the command line; the pydantic model checks types and bounds
-        untyped = ParameterDescriptor(dynamic_typing=True)
-        for name, field in FaultInjectorParams.model_fields.items():
-            self.declare_parameter(name, field.default, untyped)
-        self.params = params_from_values(
-            {name: self.get_parameter(name).value for name in FaultInjectorParams.model_fields}
-        )
+        self.params = declare_config(self, FaultInjectorParams)
         self.arm_on_first_chunk = self.params.arm_on_first_chunk
         self.scenario = self._load_scenario(self.params.scenario)
         safety_file = self.params.safety_params_file or str(config_path("safety.yaml"))

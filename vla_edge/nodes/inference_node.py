@@ -58,7 +58,7 @@ from vla_edge.nodes.conversions import (
 )
 from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter, Histogram
-from vla_edge.nodes.params import config_from_parameters
+from vla_edge.nodes.params import declare_config
 from vla_edge.nodes.sim_state import ShadowScene, decode_sim_state
 from vla_edge.runners.base import Runner, start_noise
 
@@ -79,8 +79,8 @@ class InferenceNode(Node):
     """Thin adapter: messages into the slot, the runner in a worker, chunks out."""
 
     def __init__(self) -> None:
-        super().__init__("inference_node", automatically_declare_parameters_from_overrides=True)
-        self.config = config_from_parameters(self, InferenceConfig)
+        super().__init__("inference_node")
+        self.config = declare_config(self, InferenceConfig)
         self.policy = graph.policy_string(
             self.config.backend, self.config.model_path, self.config.remote_url
         )

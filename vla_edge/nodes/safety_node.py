@@ -1,8 +1,9 @@
 """Safety node: the independent last stage before the robot.
 
 A separate process with its own parameter file (``config/safety.yaml``). It
-imports only the safety core, ``vla_edge.core``, ``vla_edge.config``, rclpy and
-standard messages (a test checks this), so that it keeps holding the robot
+imports only the safety core, ``vla_edge.core``, ``vla_edge.config``, rclpy,
+standard messages and the ROS-free parameter declaration and ``main()`` of
+``vla_edge.nodes`` (a test checks this), so that it keeps holding the robot
 whatever happens upstream; its few message helpers are therefore local.
 
 * ``/controller/command`` (``Float64MultiArray``, the unsafe command) and
@@ -20,7 +21,6 @@ the measured positions.
 
 from __future__ import annotations
 
-import array
 import os
 import threading
 import time
@@ -34,11 +34,11 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, Float64MultiArray, MultiArrayDimension
 from std_srvs.srv import Trigger
 
-from vla_edge.config.loader import validate_params
 from vla_edge.config.models import SafetyConfig
 from vla_edge.core.errors import InvalidCommandError
 from vla_edge.core.types import JointCommand
 from vla_edge.nodes.lifecycle import run_node, steady_timer
+from vla_edge.nodes.params import declare_config
 from vla_edge.safety.supervisor import SafetySupervisor
 
 TOPIC_COMMAND_IN = "/controller/command"
@@ -49,7 +49,6 @@ TOPIC_DIAGNOSTICS = "/diagnostics"
 SERVICE_RESET = "/safety/reset"
 DIAGNOSTIC_NAME = "vla_edge/safety"
 DIAGNOSTICS_PERIOD_S = 1.0
-_ROS_BUILTIN_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
 _LEVELS = (
     DiagnosticStatus.OK,
     DiagnosticStatus.WARN,
@@ -62,13 +61,8 @@ class SafetyNode(Node):
     """Thin adapter around :class:`SafetySupervisor`."""
 
     def __init__(self) -> None:
-        super().__init__("safety_node", automatically_declare_parameters_from_overrides=True)
-        params = {}
-        for name, param in self.get_parameters_by_prefix("").items():
-            if name not in _ROS_BUILTIN_PARAMETERS:
-                value = param.value
-                params[name] = list(value) if isinstance(value, array.array | tuple) else value
-        self.config = validate_params(SafetyConfig, params, f"node {self.get_name()}")
+        super().__init__("safety_node")
+        self.config = declare_config(self, SafetyConfig)
         self.joint_names = tuple(self.config.joint_names)
         self.supervisor: SafetySupervisor | None = None
         self._pending: JointCommand | None = None

@@ -11,9 +11,10 @@
 * takes the SAFE position command ``/joint_commands`` (``Float64MultiArray``,
   as a ros2_control forward-command controller would);
 * ``~/reset`` (``std_srvs/Trigger``) re-places the objects of the task and
-  initial state named by the ``task`` / ``init_state_id`` parameters. The arm
-  stays where it is (a real arm cannot jump), so the rest of the graph keeps a
-  consistent view; the full initial state (arm included) is applied once at start.
+  initial state named by the ``task`` / ``init_state_id`` parameters (the only
+  writable ones: ``ros2 param set`` them, then reset). The arm stays where it
+  is (a real arm cannot jump), so the rest of the graph keeps a consistent
+  view; the full initial state (arm included) is applied once at start.
 
 ``task`` and ``init_state_id`` are checked with the config (:class:`SimConfig`);
 if the initial reset still fails, the node does not start (:class:`SimStartupError`).
@@ -47,11 +48,13 @@ from vla_edge.nodes.conversions import (
 from vla_edge.nodes.fixed_rate import FixedRateLoop, try_realtime_process
 from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
-from vla_edge.nodes.params import config_from_parameters
+from vla_edge.nodes.params import declare_config
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
 
 DIAGNOSTIC_NAME = "vla_edge/sim"
 DIAGNOSTICS_PERIOD_S = 1.0
+# Parameters read again on each ``~/reset`` (writable); the others are read at start.
+RUN_TIME_PARAMETERS = ("task", "init_state_id")
 # At most this many control periods are simulated in one callback to catch up.
 MAX_CATCH_UP_STEPS = 10
 RESET_TIMEOUT_S = 5.0
@@ -76,8 +79,8 @@ class SimNode(Node):
     """Thin adapter around ``TabletopEnv``."""
 
     def __init__(self) -> None:
-        super().__init__("sim_node", automatically_declare_parameters_from_overrides=True)
-        self.config = config_from_parameters(self, SimConfig)
+        super().__init__("sim_node")
+        self.config = declare_config(self, SimConfig, run_time=RUN_TIME_PARAMETERS)
         if self.config.suite != "tabletop":
             raise ConfigError(f"suite = {self.config.suite!r}: only 'tabletop' exists")
         from vla_edge.sim.env import PHYSICS_DT_S, TabletopEnv
@@ -121,10 +124,6 @@ class SimNode(Node):
             Float64MultiArray, graph.TOPIC_JOINT_COMMANDS, self._on_command, qos
         )
         self.create_service(Trigger, "~/reset", self._on_reset)
-        defaults = {"task": self.config.task, "init_state_id": self.config.init_state_id}
-        for name, default in defaults.items():
-            if not self.has_parameter(name):
-                self.declare_parameter(name, default)
 
         # The stepping loop (the robot's hardware loop) runs on its own thread;
         # ``self.lock`` serialises it with the callbacks that touch the env.
