@@ -1,12 +1,15 @@
 """Launch the hardware-in-the-loop graph: inference, controller and safety.
 
-For a real arm under ros2_control (see ``docs/HIL.md``): ``/joint_states``
+For a real arm under ros2_control (see ``docs/HIL.md``): ``joint_states``
 comes from the robot's ``joint_state_broadcaster``, cameras publish
-``/camera/<name>/image_raw``, and the safety node's output is remapped to
-``/forward_position_controller/commands``. Built from the graph description in
+``camera/<name>/image_raw``, and the safety node's output is remapped to
+``forward_position_controller/commands``. The names are relative: with
+``namespace:=arm1`` they resolve under ``/arm1``, where that arm's
+ros2_control runs. Built from the graph description in
 ``vla_edge.nodes.graph`` (profile ``hil``)::
 
     ros2 launch vla_edge hil.launch.py policy:=/path/to/export_dir
+    ros2 launch vla_edge hil.launch.py policy:=/path/to/export_dir namespace:=arm1
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ except ImportError:  # pragma: no cover - depends on the machine
     HAVE_LAUNCH = False
 
 
-def node_arguments(policy: str | None = None) -> list[dict[str, Any]]:
+def node_arguments(policy: str | None = None, namespace: str = "") -> list[dict[str, Any]]:
     """``launch_ros.actions.Node`` keyword arguments for every node of the profile."""
     out = []
-    for spec in graph(PROFILE):
+    for spec in graph(PROFILE, namespace):
         kwargs = spec.launch_kwargs()
         if spec.name == "inference_node" and policy:
             kwargs["parameters"] = [*kwargs["parameters"], policy_parameters(policy)]
@@ -42,7 +45,8 @@ def node_arguments(policy: str | None = None) -> list[dict[str, Any]]:
 
 def _nodes(context: Any) -> list[Any]:
     policy = LaunchConfiguration("policy").perform(context)
-    return [Node(**kwargs) for kwargs in node_arguments(policy or None)]
+    namespace = LaunchConfiguration("namespace").perform(context)
+    return [Node(**kwargs) for kwargs in node_arguments(policy or None, namespace)]
 
 
 def generate_launch_description() -> Any:
@@ -58,6 +62,11 @@ def generate_launch_description() -> Any:
                 "policy",
                 default_value="",
                 description="export dir | checkpoint | ws://host:port (hil_jetson.yaml default)",
+            ),
+            DeclareLaunchArgument(
+                "namespace",
+                default_value="",
+                description="namespace of the arm's graph (e.g. arm1)",
             ),
             OpaqueFunction(function=_nodes),
         ]

@@ -2,9 +2,12 @@
 
 Built from the graph description in ``vla_edge.nodes.graph`` (the same one
 ``vla-edge launch sim`` uses), so both start the same executables with the
-same parameter files. Usage on a ROS 2 distribution::
+same parameter files. Topic names are relative, so ``namespace:=arm1`` moves
+the whole graph under ``/arm1`` (a second arm: a second launch, another
+namespace). Usage on a ROS 2 distribution::
 
     ros2 launch vla_edge sim.launch.py task:=pick_red_block_into_bowl policy:=bundled
+    ros2 launch vla_edge sim.launch.py namespace:=arm1
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ except ImportError:  # pragma: no cover - depends on the machine
     HAVE_LAUNCH = False
 
 
-def node_arguments(task: str | None = None, policy: str | None = None) -> list[dict[str, Any]]:
+def node_arguments(
+    task: str | None = None, policy: str | None = None, namespace: str = ""
+) -> list[dict[str, Any]]:
     """``launch_ros.actions.Node`` keyword arguments for every node of the profile."""
     out = []
-    for spec in graph(PROFILE):
+    for spec in graph(PROFILE, namespace):
         kwargs = spec.launch_kwargs()
         overrides: dict[str, Any] = {}
         if spec.name == "sim_node" and task:
@@ -46,7 +51,8 @@ def node_arguments(task: str | None = None, policy: str | None = None) -> list[d
 def _nodes(context: Any) -> list[Any]:
     task = LaunchConfiguration("task").perform(context)
     policy = LaunchConfiguration("policy").perform(context)
-    return [Node(**kwargs) for kwargs in node_arguments(task or None, policy or None)]
+    namespace = LaunchConfiguration("namespace").perform(context)
+    return [Node(**kwargs) for kwargs in node_arguments(task or None, policy or None, namespace)]
 
 
 def generate_launch_description() -> Any:
@@ -61,6 +67,9 @@ def generate_launch_description() -> Any:
             DeclareLaunchArgument("task", default_value="", description="task (sim.yaml default)"),
             DeclareLaunchArgument(
                 "policy", default_value="", description="expert | bundled | checkpoint | export dir"
+            ),
+            DeclareLaunchArgument(
+                "namespace", default_value="", description="namespace of the graph (e.g. arm1)"
             ),
             OpaqueFunction(function=_nodes),
         ]

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from ros_test_domain import DomainLease
 
+from vla_edge.nodes import graph as g
 from vla_edge.nodes.graph import graph
-from vla_edge.nodes.launch_cli import GraphProcesses, overrides_for
+from vla_edge.nodes.launch_cli import GraphProcesses, Monitor, add_arguments, overrides_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +45,48 @@ def test_each_node_runs_as_its_own_process_with_its_parameter_file():
     assert "--params-file" in commands["inference_node"]
     assert 'backend:="expert"' in commands["inference_node"]
     assert str(ROOT / "config" / "hil_jetson.yaml") in commands["controller_node"]
+
+
+def test_namespace_option_starts_every_node_under_the_namespace():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["sim", "--namespace", "arm1"])
+    assert args.namespace == "/arm1"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["sim", "--namespace", "1arm"])
+    processes = GraphProcesses("sim", overrides_for("sim", None, "expert"), namespace="arm1")
+    assert processes.namespace == "/arm1"
+    for spec in processes.specs():
+        command = processes.command(spec)
+        assert command[command.index("__ns:=/arm1") - 1] == "-r", spec.name
+    root = GraphProcesses("sim")
+    assert all(spec.namespace == "" for spec in root.specs())
+
+
+def _status(name: str):
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    return DiagnosticArray(
+        status=[DiagnosticStatus(name=name, values=[KeyValue(key="who", value=name)])]
+    )
+
+
+def test_monitor_keeps_only_its_own_graphs_diagnostics_under_their_plain_names():
+    """/diagnostics is shared by every graph: the monitor of /arm1 reads arm1's statuses."""
+    arm1 = Monitor(namespace="arm1")
+    root = Monitor()
+    try:
+        assert arm1.node.get_namespace() == "/arm1"
+        for name in ("arm1/vla_edge/controller", "arm2/vla_edge/controller", "vla_edge/safety"):
+            arm1._on_diag(_status(name))
+            root._on_diag(_status(name))
+        assert arm1.statuses == {"vla_edge/controller": {"who": "arm1/vla_edge/controller"}}
+        assert root.statuses == {"vla_edge/safety": {"who": "vla_edge/safety"}}
+    finally:
+        root.close()
+        arm1.close()  # the first monitor initialised rclpy and shuts it down
 
 
 def test_stop_escalates_to_sigterm_and_names_the_node_that_ignored_sigint(tmp_path):
@@ -170,7 +213,7 @@ def test_hil_graph_drives_a_ros2_control_style_robot(tmp_path, ros_env):
             "--params-file",
             str(ROOT / "config" / "sim.yaml"),
             "-r",
-            "/joint_commands:=/forward_position_controller/commands",
+            f"{g.TOPIC_JOINT_COMMANDS}:={g.HIL_COMMAND_TOPIC}",
         ],
         env=env,
         stdout=log,

@@ -1,5 +1,6 @@
 """launch/*.launch.py: valid Python, importable without launch_ros, agree with the graph."""
 
+import ast
 import importlib.util
 import py_compile
 from pathlib import Path
@@ -50,7 +51,8 @@ def test_sim_launch_arguments_become_parameter_overrides():
 def test_hil_launch_remaps_the_safety_output_to_ros2_control():
     nodes = {n["name"]: n for n in _load("hil").node_arguments()}
     assert "sim_node" not in nodes
-    assert ("/joint_commands", "/forward_position_controller/commands") in nodes["safety_node"][
+    assert (g.TOPIC_JOINT_COMMANDS, g.HIL_COMMAND_TOPIC) in nodes["safety_node"]["remappings"]
+    assert ("joint_commands", "forward_position_controller/commands") in nodes["safety_node"][
         "remappings"
     ]
 
@@ -64,3 +66,32 @@ def test_without_launch_ros_the_launch_file_says_what_to_use_instead(profile):
     else:
         with pytest.raises(RuntimeError, match=f"vla-edge launch {profile}"):
             module.generate_launch_description()
+
+
+@pytest.mark.parametrize("profile", g.PROFILES)
+def test_namespace_argument_moves_every_node_and_keeps_its_file_values(profile):
+    """``namespace:=arm1``: every node in /arm1, with its file's section as a dictionary
+    (rcl would not apply the file's ``<node>:`` section under a namespace)."""
+    module = _load(profile)
+    at_root = module.node_arguments()
+    assert all("namespace" not in kwargs for kwargs in at_root)
+    namespaced = module.node_arguments(namespace="arm1")
+    for kwargs, root_kwargs, spec in zip(namespaced, at_root, g.graph(profile), strict=True):
+        assert kwargs["namespace"] == "/arm1"
+        assert kwargs["parameters"][0] == spec.file_parameters()
+        assert kwargs["remappings"] == root_kwargs["remappings"]
+        assert kwargs["name"] == root_kwargs["name"]
+
+
+@pytest.mark.parametrize("profile", g.PROFILES)
+def test_launch_file_declares_a_namespace_argument(profile):
+    tree = ast.parse(LAUNCH_FILES[profile].read_text())
+    declared = {
+        call.args[0].value
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and getattr(call.func, "id", None) == "DeclareLaunchArgument"
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+    }
+    assert "namespace" in declared

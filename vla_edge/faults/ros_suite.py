@@ -3,13 +3,15 @@
 For each scenario the sim graph (``vla_edge.nodes.graph``) starts with the
 producer of the corrupted topic remapped to ``<topic>_raw`` and
 ``fault_injector_node`` republishing it with the fault applied; e-stop goes
-through ``/estop`` and ``/safety/reset``; a crash is a ``SIGKILL`` of the node's
+through ``estop`` and ``safety/reset``; a crash is a ``SIGKILL`` of the node's
 process at the fault start and a respawn at its end; a CPU cap pins every
 thread of the inference process to fewer cores. A recorder node takes
-``/joint_commands`` (the safety output, one message per safety tick),
-``/joint_states``, ``/controller/command`` and ``/diagnostics``; the samples
+``joint_commands`` (the safety output, one message per safety tick),
+``joint_states``, ``controller/command`` and ``/diagnostics``; the samples
 become a :class:`~vla_edge.faults.harness.Trace` scored like the virtual-time
 runs, with the state sampling of ``/diagnostics`` (1 Hz) as detection slack.
+Topic names are the graph description's (relative; the suite runs in the root
+namespace).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ FAULT_INJECTOR_NODE = NodeSpec(
     "vla_edge.nodes.fault_injector_node",
     "config/faults/fault_injector_node.yaml",
 )
+# The injector's private ``~/arm``, as the recorder (same namespace) names it.
+SERVICE_FAULT_INJECTOR_ARM = g.private_in_namespace(FAULT_INJECTOR_NODE.name, g.PRIVATE_ARM)
 DIAGNOSTICS_PERIOD_S = 1.0  # the nodes' /diagnostics period: the state sampling slack
 ARM_TIMEOUT_S = 90.0
 CRASH_TARGETS = {"inference_crash": "inference_node", "controller_crash": "controller_node"}
@@ -62,14 +66,14 @@ def fault_graph(scenario: FaultScenario, task: str, policy: str = "expert") -> l
     remaps: dict[str, list[tuple[str, str]]] = {}
     for cam in camera_names(scenario):
         topic = g.camera_topic(cam)
-        remaps.setdefault("sim_node", []).append((topic, topic + "_raw"))
+        remaps.setdefault("sim_node", []).append((topic, g.raw_topic(topic)))
     if scenario.fault == "joint_state_loss":
         remaps.setdefault("sim_node", []).append(
-            (g.TOPIC_JOINT_STATES, g.TOPIC_JOINT_STATES + "_raw")
+            (g.TOPIC_JOINT_STATES, g.raw_topic(g.TOPIC_JOINT_STATES))
         )
     if scenario.fault in CHUNK_FAULTS:
         remaps.setdefault("inference_node", []).append(
-            (g.TOPIC_ACTION_CHUNK, g.TOPIC_ACTION_CHUNK + "_raw")
+            (g.TOPIC_ACTION_CHUNK, g.raw_topic(g.TOPIC_ACTION_CHUNK))
         )
     overrides: dict[str, dict[str, Any]] = {
         "sim_node": {"task": task},
@@ -369,7 +373,11 @@ def run_ros_scenario(
     """Run one scenario on the real graph; return its trace and the process record."""
     specs = fault_graph(scenario, task, policy)
     procs = FaultGraphProcesses(specs, log_dir)
-    joint_topic = g.TOPIC_JOINT_STATES + ("_raw" if scenario.fault == "joint_state_loss" else "")
+    joint_topic = (
+        g.raw_topic(g.TOPIC_JOINT_STATES)
+        if scenario.fault == "joint_state_loss"
+        else g.TOPIC_JOINT_STATES
+    )
     rec = Recorder(joint_topic)
     target = CRASH_TARGETS.get(scenario.fault)
     dead_windows: dict[str, list[tuple[float, float]]] = {}
@@ -481,7 +489,7 @@ def _wait_armed(rec: Recorder, procs: FaultGraphProcesses) -> float:
     """
     from std_srvs.srv import Trigger
 
-    client = rec.node.create_client(Trigger, f"/{FAULT_INJECTOR_NODE.name}/arm")
+    client = rec.node.create_client(Trigger, SERVICE_FAULT_INJECTOR_ARM)
     deadline = time.monotonic() + ARM_TIMEOUT_S
     future = None
     while time.monotonic() < deadline:

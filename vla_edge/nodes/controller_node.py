@@ -4,10 +4,10 @@ The loop runs on its own thread with absolute deadlines (and ``SCHED_FIFO``
 where allowed, see :mod:`vla_edge.nodes.fixed_rate`), so subscription
 callbacks never delay a control tick; a lock serialises it with them.
 
-Subscribes ``/action_chunk`` (``JointTrajectory`` stamped with the observation
-time) and ``/joint_states``; publishes the UNSAFE command on
-``/controller/command`` (the safety node filters it), an inference request on
-``/controller/plan`` whenever its trigger asks for a new chunk (its remaining
+Subscribes ``action_chunk`` (``JointTrajectory`` stamped with the observation
+time) and ``joint_states``; publishes the UNSAFE command on
+``controller/command`` (the safety node filters it), an inference request on
+``controller/plan`` whenever its trigger asks for a new chunk (its remaining
 plan with the ``prefix`` merge, the executed prefix the next chunk is
 conditioned on; an empty trajectory otherwise), and ``/diagnostics``: chunk age, buffer depth,
 rejections, loop period jitter, watchdog.
@@ -62,6 +62,7 @@ class ControllerNode(Node):
     def __init__(self) -> None:
         super().__init__("controller_node")
         self.config = declare_config(self, ControllerConfig)
+        self.diagnostic_name = graph.diagnostic_name(self.get_namespace(), DIAGNOSTIC_NAME)
         self.joint_names = tuple(self.config.joint_names)
         self.controller: Controller | None = None
         self.watchdog = Watchdog.from_controller_config(self.config, start_s=self._now_s())
@@ -224,7 +225,9 @@ class ControllerNode(Node):
     def _publish_diagnostics(self) -> None:
         now_s = self._now_s()
         self.diag_pub.publish(
-            diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, self.status(now_s))], now_s)
+            diagnostic_array(
+                [status_to_diagnostic(self.diagnostic_name, self.status(now_s))], now_s
+            )
         )
 
     def close(self) -> None:

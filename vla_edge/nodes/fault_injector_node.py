@@ -2,18 +2,19 @@
 
 The graph description remaps the producer's output to ``<topic>_raw``; this
 node subscribes there and republishes on ``<topic>`` through the scenario's
-:class:`~vla_edge.faults.injectors.Injector`:
+:class:`~vla_edge.faults.injectors.Injector` (relative names, from
+:mod:`vla_edge.nodes.graph`):
 
-* camera faults: ``/camera/<name>/image_raw_raw`` -> ``/camera/<name>/image_raw``
-* joint-state loss: ``/joint_states_raw`` -> ``/joint_states``
-* chunk faults: ``/action_chunk_raw`` -> ``/action_chunk``
-* e-stop: publishes ``/estop`` at the fault start and calls ``/safety/reset`` at its end.
+* camera faults: ``camera/<name>/image_raw_raw`` -> ``camera/<name>/image_raw``
+* joint-state loss: ``joint_states_raw`` -> ``joint_states``
+* chunk faults: ``action_chunk_raw`` -> ``action_chunk``
+* e-stop: publishes ``estop`` at the fault start and calls ``safety/reset`` at its end.
 
 Process crashes are done by whoever runs the graph (``vla-edge faults run --ros``);
 this node only reports the episode clock for them.
 
 The episode clock starts when the node *arms*: at the first chunk seen on
-``/action_chunk`` (the graph is up) when ``arm_on_first_chunk``, else when
+``action_chunk`` (the graph is up) when ``arm_on_first_chunk``, else when
 ``~/arm`` (``std_srvs/Trigger``) is called. Before that every message passes
 through. The episode clock re-anchors on a step of the system clock
 (:class:`~vla_edge.core.clock.EpisodeClock`), so a step does not move the fault
@@ -69,7 +70,6 @@ from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import declare_config
 
 DIAGNOSTIC_NAME = "vla_edge/fault_injector"
-RAW_SUFFIX = "_raw"
 NOT_ARMED_T_S = -1.0e9
 # A forward gap between two readings of the clock beyond this is a step (the poll
 # timer reads it at poll_rate_hz).
@@ -82,6 +82,7 @@ class FaultInjectorNode(Node):
     def __init__(self) -> None:
         super().__init__("fault_injector_node")
         self.params = declare_config(self, FaultInjectorParams)
+        self.diagnostic_name = graph.diagnostic_name(self.get_namespace(), DIAGNOSTIC_NAME)
         self.arm_on_first_chunk = self.params.arm_on_first_chunk
         self.scenario = self._load_scenario(self.params.scenario)
         safety_file = self.params.safety_params_file or str(config_path("safety.yaml"))
@@ -104,24 +105,27 @@ class FaultInjectorNode(Node):
         if fault in CHUNK_FAULTS:
             self.chunk_pub = self.create_publisher(JointTrajectory, graph.TOPIC_ACTION_CHUNK, qos)
             self.create_subscription(
-                JointTrajectory, graph.TOPIC_ACTION_CHUNK + RAW_SUFFIX, self._on_chunk, qos
+                JointTrajectory, graph.raw_topic(graph.TOPIC_ACTION_CHUNK), self._on_chunk, qos
             )
         self.create_subscription(
             JointTrajectory, graph.TOPIC_ACTION_CHUNK, self._on_chunk_seen, qos
         )
-        self.create_service(Trigger, "~/arm", self._on_arm_service)
+        self.create_service(Trigger, graph.PRIVATE_ARM, self._on_arm_service)
         self.image_pubs = {}
         for cam in camera_names(self.scenario):
             topic = graph.camera_topic(cam)
             self.image_pubs[cam] = self.create_publisher(Image, topic, image_qos)
             self.create_subscription(
-                Image, topic + RAW_SUFFIX, lambda msg, cam=cam: self._on_image(cam, msg), image_qos
+                Image,
+                graph.raw_topic(topic),
+                lambda msg, cam=cam: self._on_image(cam, msg),
+                image_qos,
             )
         self.joint_pub = None
         if fault == "joint_state_loss":
             self.joint_pub = self.create_publisher(JointState, graph.TOPIC_JOINT_STATES, qos)
             self.create_subscription(
-                JointState, graph.TOPIC_JOINT_STATES + RAW_SUFFIX, self._on_joint_state, qos
+                JointState, graph.raw_topic(graph.TOPIC_JOINT_STATES), self._on_joint_state, qos
             )
         self.estop_pub = None
         self.reset_client = None
@@ -235,13 +239,15 @@ class FaultInjectorNode(Node):
             assert self.reset_client is not None
             self.reset_client.call_async(Trigger.Request())
             self.counters["resets"] += 1
-            self.get_logger().info("e-stop released: /safety/reset called")
+            self.get_logger().info(
+                f"e-stop released: {self.resolve_service_name(graph.SERVICE_SAFETY_RESET)} called"
+            )
         self._estop_down = pressed
 
     def _publish_diagnostics(self) -> None:
         now_s = self._now_s()
         t_s = self.episode_t_s()
-        status = DiagnosticStatus(name=DIAGNOSTIC_NAME, hardware_id="vla_edge")
+        status = DiagnosticStatus(name=self.diagnostic_name, hardware_id="vla_edge")
         status.level = DiagnosticStatus.OK
         status.message = f"{self.scenario.name}: {'armed' if self.armed_at_s else 'waiting'}"
         values = {

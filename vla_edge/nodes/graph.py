@@ -5,34 +5,42 @@ Both ``launch/*.launch.py`` (launch_ros, on ROS 2 distributions) and
 built from :func:`graph`, so they start the same nodes with the same
 parameter files. This module imports no ROS package.
 
-Topics (standard messages only), as ``topic: type (publisher -> subscribers)``:
+Topics (standard messages only), as ``topic: type (publisher -> subscribers)``.
+The names are relative, so a namespace (``graph(profile, namespace="/arm1")``,
+``vla-edge launch --namespace``, ``ros2 launch … namespace:=arm1``) or a remap
+moves the whole graph: two arms, two graphs. Only ``/diagnostics`` is absolute,
+by ROS convention (one aggregator for the machine; under a namespace the status
+names carry it, see :func:`diagnostic_name`).
 
-* ``/camera/<name>/image_raw``: ``sensor_msgs/Image`` rgb8 (sim/camera -> inference)
-* ``/joint_states``: ``sensor_msgs/JointState`` (sim/robot -> all)
-* ``/instruction``: ``std_msgs/String``, transient-local (sim/operator -> inference)
-* ``/controller/plan``: ``trajectory_msgs/JointTrajectory`` (controller -> inference)
-* ``/action_chunk``: ``trajectory_msgs/JointTrajectory`` (inference -> controller)
-* ``/controller/command``: ``std_msgs/Float64MultiArray``, UNSAFE (controller -> safety)
-* ``/joint_commands``: ``std_msgs/Float64MultiArray``, safe (safety -> sim/robot)
-* ``/estop``: ``std_msgs/Bool`` (operator -> safety)
-* ``/safety/reset``: ``std_srvs/Trigger`` service (operator -> safety)
-* ``/sim_node/reset``: ``std_srvs/Trigger`` service (operator -> sim)
-* ``/task_success``: ``std_msgs/Bool``, transient-local (sim -> monitor)
-* ``/sim/state``: ``std_msgs/Float64MultiArray`` (sim -> inference running the expert)
+* ``camera/<name>/image_raw``: ``sensor_msgs/Image`` rgb8 (sim/camera -> inference)
+* ``joint_states``: ``sensor_msgs/JointState`` (sim/robot -> all)
+* ``instruction``: ``std_msgs/String``, transient-local (sim/operator -> inference)
+* ``controller/plan``: ``trajectory_msgs/JointTrajectory`` (controller -> inference)
+* ``action_chunk``: ``trajectory_msgs/JointTrajectory`` (inference -> controller)
+* ``controller/command``: ``std_msgs/Float64MultiArray``, UNSAFE (controller -> safety)
+* ``joint_commands``: ``std_msgs/Float64MultiArray``, safe (safety -> sim/robot)
+* ``estop``: ``std_msgs/Bool`` (operator -> safety)
+* ``safety/reset``: ``std_srvs/Trigger`` service (operator -> safety)
+* ``sim_node/reset``: ``std_srvs/Trigger`` service, the sim node's ``~/reset`` (operator -> sim)
+* ``task_success``: ``std_msgs/Bool``, transient-local (sim -> monitor)
+* ``sim/state``: ``std_msgs/Float64MultiArray`` (sim -> inference running the expert)
 * ``/diagnostics``: ``diagnostic_msgs/DiagnosticArray`` (every node -> monitor)
 
-``/controller/plan`` is also the inference request: the controller publishes
+``controller/plan`` is also the inference request: the controller publishes
 it whenever its trigger (``infer_trigger``) asks for a chunk, carrying its
 remaining plan with the ``prefix`` merge and no points with the others.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vla_edge.config.loader import load_yaml_file
 from vla_edge.config.paths import share_dir
 from vla_edge.core.errors import ConfigError
 
@@ -40,26 +48,72 @@ PROFILES = ("sim", "hil")
 
 PACKAGE = "vla_edge"
 
-# Topic and service names every node agrees on (the nodes use the same strings;
-# the safety node keeps its own copies because it imports nothing but the safety core).
-TOPIC_JOINT_STATES = "/joint_states"
-TOPIC_INSTRUCTION = "/instruction"
-TOPIC_ACTION_CHUNK = "/action_chunk"
-TOPIC_CONTROLLER_PLAN = "/controller/plan"
-TOPIC_CONTROLLER_COMMAND = "/controller/command"
-TOPIC_JOINT_COMMANDS = "/joint_commands"
-TOPIC_ESTOP = "/estop"
-TOPIC_TASK_SUCCESS = "/task_success"
-TOPIC_SIM_STATE = "/sim/state"
+# Topic and service names every node and tool agrees on; no node keeps its own copy.
+# Relative (resolved in the node's namespace) except /diagnostics.
+TOPIC_JOINT_STATES = "joint_states"
+TOPIC_INSTRUCTION = "instruction"
+TOPIC_ACTION_CHUNK = "action_chunk"
+TOPIC_CONTROLLER_PLAN = "controller/plan"
+TOPIC_CONTROLLER_COMMAND = "controller/command"
+TOPIC_JOINT_COMMANDS = "joint_commands"
+TOPIC_ESTOP = "estop"
+TOPIC_TASK_SUCCESS = "task_success"
+TOPIC_SIM_STATE = "sim/state"
 TOPIC_DIAGNOSTICS = "/diagnostics"
-SERVICE_SAFETY_RESET = "/safety/reset"
-SERVICE_SIM_RESET = "/sim_node/reset"
-HIL_COMMAND_TOPIC = "/forward_position_controller/commands"
+SERVICE_SAFETY_RESET = "safety/reset"
+# Private services (``~/name``); another node of the namespace calls them by
+# private_in_namespace(node, name), e.g. SERVICE_SIM_RESET (``sim_node/reset``).
+PRIVATE_RESET = "~/reset"
+PRIVATE_ARM = "~/arm"
+# ros2_control's forward command controller, in the robot's (the graph's) namespace.
+HIL_COMMAND_TOPIC = "forward_position_controller/commands"
+# The fault injector sits between a producer remapped to ``<topic>_raw`` and the consumer.
+RAW_SUFFIX = "_raw"
+
+_NAMESPACE_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def camera_topic(camera: str) -> str:
-    """``/camera/<camera>/image_raw``."""
-    return f"/camera/{camera}/image_raw"
+    """``camera/<camera>/image_raw``."""
+    return f"camera/{camera}/image_raw"
+
+
+def private_in_namespace(node_name: str, private_name: str) -> str:
+    """``~/<name>`` of node ``node_name`` as the other nodes of its namespace name it."""
+    return f"{node_name}/{private_name.removeprefix('~/')}"
+
+
+def raw_topic(topic: str) -> str:
+    """Where the producer of ``topic`` publishes when the fault injector republishes it."""
+    return topic + RAW_SUFFIX
+
+
+def normalize_namespace(namespace: str) -> str:
+    """``arm1`` or ``/arm1/`` -> ``/arm1``; ``""`` or ``/`` -> ``""`` (the root namespace).
+
+    Raises:
+        ConfigError: a token is not a valid ROS name token.
+    """
+    stripped = namespace.strip().strip("/")
+    if not stripped:
+        return ""
+    if not all(_NAMESPACE_TOKEN.fullmatch(token) for token in stripped.split("/")):
+        raise ConfigError(
+            f"namespace = {namespace!r}: tokens must match [A-Za-z_][A-Za-z0-9_]* "
+            "separated by single '/'"
+        )
+    return "/" + stripped
+
+
+def diagnostic_name(namespace: str, name: str) -> str:
+    """A node's ``/diagnostics`` status name: ``name``, prefixed by its namespace if any.
+
+    ``/diagnostics`` is shared by every graph on the machine: under ``/arm1``
+    the controller reports ``arm1/vla_edge/controller``, at the root
+    ``vla_edge/controller``.
+    """
+    namespace = normalize_namespace(namespace)
+    return f"{namespace.strip('/')}/{name}" if namespace else name
 
 
 @dataclass(frozen=True)
@@ -71,8 +125,10 @@ class NodeSpec:
         executable: console script installed in ``lib/vla_edge``.
         module: Python module whose ``main()`` the executable runs.
         params_file: parameter file relative to the share directory.
-        remappings: ``(from, to)`` topic remappings.
+        remappings: ``(from, to)`` topic remappings (relative names: they
+            apply in the node's namespace).
         parameters: parameter overrides applied after the file.
+        namespace: the node's namespace (``/arm1``; ``""``: the root).
     """
 
     name: str
@@ -81,29 +137,59 @@ class NodeSpec:
     params_file: str
     remappings: tuple[tuple[str, str], ...] = ()
     parameters: dict[str, Any] = field(default_factory=dict)
+    namespace: str = ""
 
     def params_path(self, root: Path | None = None) -> Path:
         """Absolute path of the parameter file (source tree or ``share/vla_edge``)."""
         return (root if root is not None else share_dir()) / self.params_file
 
+    def file_parameters(self, root: Path | None = None) -> dict[str, Any]:
+        """The node's ``ros__parameters`` section of its parameter file, as written.
+
+        Raises:
+            ConfigError: the file is missing or has no section for the node.
+        """
+        path = self.params_path(root)
+        data = load_yaml_file(path)
+        section = data.get(self.name, data.get("/**"))
+        if not isinstance(section, dict) or not isinstance(section.get("ros__parameters"), dict):
+            raise ConfigError(f"{path}: no '{self.name}: ros__parameters:' section")
+        return dict(section["ros__parameters"])
+
     def ros_args(
         self, root: Path | None = None, overrides: dict[str, Any] | None = None
     ) -> list[str]:
-        """``--ros-args`` for a separate process: node name, params file, remaps, overrides."""
+        """``--ros-args`` for a separate process: name, namespace, parameters, remaps, overrides.
+
+        rcl applies a parameter file's ``<node>:`` section only to that node in
+        the root namespace, so under a namespace the section's values are
+        passed as ``-p`` instead of ``--params-file``.
+        """
         args = ["--ros-args", "-r", f"__node:={self.name}"]
-        args += ["--params-file", str(self.params_path(root))]
+        parameters = {**self.parameters, **(overrides or {})}
+        if self.namespace:
+            args += ["-r", f"__ns:={self.namespace}"]
+            parameters = {**self.file_parameters(root), **parameters}
+        else:
+            args += ["--params-file", str(self.params_path(root))]
         for src, dst in self.remappings:
             args += ["-r", f"{src}:={dst}"]
-        for key, value in {**self.parameters, **(overrides or {})}.items():
+        for key, value in parameters.items():
             args += ["-p", f"{key}:={_param_literal(value)}"]
         return args
 
     def launch_kwargs(self, root: Path | None = None) -> dict[str, Any]:
-        """Keyword arguments for ``launch_ros.actions.Node``."""
-        parameters: list[Any] = [str(self.params_path(root))]
+        """Keyword arguments for ``launch_ros.actions.Node``.
+
+        Under a namespace the file's section is passed as a dictionary (see
+        :meth:`ros_args`); launch_ros writes it for every node name.
+        """
+        parameters: list[Any] = (
+            [self.file_parameters(root)] if self.namespace else [str(self.params_path(root))]
+        )
         if self.parameters:
             parameters.append(dict(self.parameters))
-        return {
+        kwargs = {
             "package": PACKAGE,
             "executable": self.executable,
             "name": self.name,
@@ -112,6 +198,9 @@ class NodeSpec:
             "output": "screen",
             "emulate_tty": True,
         }
+        if self.namespace:
+            kwargs["namespace"] = self.namespace
+        return kwargs
 
 
 def _param_literal(value: Any) -> str:
@@ -137,19 +226,26 @@ SAFETY_NODE = NodeSpec(
 )
 
 HIL_PARAMS = "config/hil_jetson.yaml"
+SERVICE_SIM_RESET = private_in_namespace(SIM_NODE.name, PRIVATE_RESET)
 
 
-def graph(profile: str) -> tuple[NodeSpec, ...]:
-    """The nodes of ``profile`` (``sim`` or ``hil``), in start order.
+def graph(profile: str, namespace: str = "") -> tuple[NodeSpec, ...]:
+    """The nodes of ``profile`` (``sim`` or ``hil``), in start order, in ``namespace``.
 
     * ``sim``: MuJoCo sim, inference, controller and safety, all on this machine.
     * ``hil``: inference, controller and safety against a ros2_control robot;
-      ``/joint_states`` comes from the robot's joint_state_broadcaster and the
-      safety output goes to ``/forward_position_controller/commands``.
+      ``joint_states`` comes from the robot's joint_state_broadcaster and the
+      safety output goes to ``forward_position_controller/commands`` (both in
+      the graph's namespace, where the robot's controllers run).
 
     Raises:
-        ConfigError: unknown profile.
+        ConfigError: unknown profile or invalid namespace.
     """
+    namespace = normalize_namespace(namespace)
+    return tuple(dataclasses.replace(spec, namespace=namespace) for spec in _profile_nodes(profile))
+
+
+def _profile_nodes(profile: str) -> tuple[NodeSpec, ...]:
     if profile == "sim":
         return (SIM_NODE, SAFETY_NODE, CONTROLLER_NODE, INFERENCE_NODE)
     if profile == "hil":

@@ -3,16 +3,17 @@
 * keeps only the newest observation (camera frames + joint state +
   instruction) in an :class:`ObservationSlot`; callbacks never block;
 * runs the runner from :func:`vla_edge.runners.factory.make_runner` in a
-  worker thread whenever the controller asks (each ``/controller/plan``
+  worker thread whenever the controller asks (each ``controller/plan``
   message is a request; with ``infer_trigger: continuous`` it asks every tick)
   and an observation newer than the last one used is complete;
 * takes the controller's remaining plan as the executed prefix
   (``supports_prefix`` runners);
-* publishes ``/action_chunk`` (``JointTrajectory``) stamped with the
+* publishes ``action_chunk`` (``JointTrajectory``) stamped with the
   OBSERVATION time, and per-stage timings on ``/diagnostics``.
 
 With ``backend: expert`` the scripted expert plans in a shadow scene kept in
-the simulator's state from ``/sim/state`` (see :mod:`vla_edge.nodes.sim_state`).
+the simulator's state from ``sim/state`` (see :mod:`vla_edge.nodes.sim_state`).
+Topic names are relative (:mod:`vla_edge.nodes.graph`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class InferenceNode(Node):
     def __init__(self) -> None:
         super().__init__("inference_node")
         self.config = declare_config(self, InferenceConfig)
+        self.diagnostic_name = graph.diagnostic_name(self.get_namespace(), DIAGNOSTIC_NAME)
         self.policy = graph.policy_string(
             self.config.backend, self.config.model_path, self.config.remote_url
         )
@@ -365,7 +367,7 @@ class InferenceNode(Node):
     def _publish_diagnostics(self) -> None:
         now_s = self._now_s()
         self.diag_pub.publish(
-            diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, self.status())], now_s)
+            diagnostic_array([status_to_diagnostic(self.diagnostic_name, self.status())], now_s)
         )
 
     def close(self) -> None:

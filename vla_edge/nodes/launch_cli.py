@@ -2,10 +2,11 @@
 
 Every node of :func:`vla_edge.nodes.graph.graph` runs as its own process
 (``python -m <module> --ros-args --params-file …``), exactly as
-``launch/<profile>.launch.py`` starts them on a ROS 2 distribution. The
-command watches them, stops them cleanly (SIGINT, then SIGTERM, then SIGKILL)
-at the end, and with ``--json`` writes the run's metrics, collected from the
-nodes' ``/diagnostics``::
+``launch/<profile>.launch.py`` starts them on a ROS 2 distribution.
+``--namespace arm1`` starts the whole graph under ``/arm1`` (a second arm is a
+second graph in another namespace). The command watches the processes, stops
+them cleanly (SIGINT, then SIGTERM, then SIGKILL) at the end, and with
+``--json`` writes the run's metrics, collected from the nodes' ``/diagnostics``::
 
     {"task", "success", "controller_period_jitter_ms": {"p50", "p99"},
      "chunk_age_ms": {"p50", "p95", "max"}, "max_chunk_age_s", "buffer_underruns",
@@ -28,7 +29,15 @@ from typing import Any
 
 from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import ControllerConfig, SimConfig
-from vla_edge.nodes.graph import PROFILES, NodeSpec, graph, policy_parameters
+from vla_edge.core.errors import ConfigError
+from vla_edge.nodes.graph import (
+    PROFILES,
+    NodeSpec,
+    diagnostic_name,
+    graph,
+    normalize_namespace,
+    policy_parameters,
+)
 from vla_edge.nodes.process_group import stop_all
 
 STOP_TIMEOUT_S = 5.0
@@ -61,14 +70,19 @@ class GraphProcesses:
         overrides: per node name, parameter overrides applied after the file.
         log_dir: each node's stdout+stderr goes to ``<log_dir>/<node>.log``.
         env: extra environment for the children (on top of this process's).
+        namespace: the graph's namespace (``""``: the root).
     """
 
     profile: str
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_dir: Path = Path("out/launch")
     env: dict[str, str] = field(default_factory=dict)
+    namespace: str = ""
     nodes: dict[str, NodeProcess] = field(default_factory=dict)
     stop_escalations: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.namespace = normalize_namespace(self.namespace)
 
     def command(self, spec: NodeSpec) -> list[str]:
         """The command line of ``spec``'s process."""
@@ -79,11 +93,15 @@ class GraphProcesses:
             *spec.ros_args(overrides=self.overrides.get(spec.name)),
         ]
 
+    def specs(self) -> tuple[NodeSpec, ...]:
+        """The graph's nodes, in the graph's namespace."""
+        return graph(self.profile, self.namespace)
+
     def start(self) -> None:
         """Start every node of the profile, in the graph's order."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = {**DEFAULT_ENV, **os.environ, **self.env}
-        for spec in graph(self.profile):
+        for spec in self.specs():
             log_path = self.log_dir / f"{spec.name}.log"
             log = log_path.open("w")
             process = subprocess.Popen(
@@ -186,14 +204,19 @@ class Recording:
 
 
 class Monitor:
-    """An in-process rclpy node that listens to ``/diagnostics`` and ``/task_success``.
+    """An in-process rclpy node that listens to ``/diagnostics`` and ``task_success``.
 
     Args:
         record: also record safe commands, joint states and chunk arrivals.
         record_max_samples: bound on each recorded series.
+        namespace: the graph's namespace: the monitor's topics resolve in it, and
+            of ``/diagnostics`` it keeps the statuses of that graph's nodes only
+            (names without the namespace prefix, as at the root).
     """
 
-    def __init__(self, record: bool = False, record_max_samples: int = 200_000) -> None:
+    def __init__(
+        self, record: bool = False, record_max_samples: int = 200_000, namespace: str = ""
+    ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.executors import SingleThreadedExecutor
@@ -206,7 +229,9 @@ class Monitor:
         self._own_context = not rclpy.ok()
         if self._own_context:
             rclpy.init()
-        self.node = rclpy.create_node("vla_edge_launch_monitor")
+        self.namespace = normalize_namespace(namespace)
+        self._diagnostic_prefix = diagnostic_name(self.namespace, "")
+        self.node = rclpy.create_node("vla_edge_launch_monitor", namespace=self.namespace or None)
         self.lock = threading.Lock()
         self.statuses: dict[str, dict[str, str]] = {}
         self.levels: dict[str, str] = {}
@@ -245,9 +270,19 @@ class Monitor:
 
         with self.lock:
             for status in msg.status:
-                self.statuses[status.name] = diagnostic_values(status)
-                self.levels[status.name] = diagnostic_level_name(status)
-                self.messages[status.name] = status.message
+                name = self._own_status_name(status.name)
+                if name is None:
+                    continue
+                self.statuses[name] = diagnostic_values(status)
+                self.levels[name] = diagnostic_level_name(status)
+                self.messages[name] = status.message
+
+    def _own_status_name(self, name: str) -> str | None:
+        """``name`` without this graph's namespace prefix; ``None`` for another graph's."""
+        if not name.startswith(self._diagnostic_prefix):
+            return None
+        name = name.removeprefix(self._diagnostic_prefix)
+        return name if name.startswith("vla_edge/") else None
 
     def _on_success(self, msg: Any) -> None:
         if msg.data and not self.success_seen:
@@ -378,8 +413,12 @@ def run_graph(
     record: bool = False,
     log_dir: Path = Path("out/launch"),
     announce: Any = print,
+    namespace: str = "",
 ) -> tuple[dict[str, Any], Monitor | None, dict[str, int]]:
     """Start the graph, watch it for ``duration_s`` (or until success), stop it.
+
+    Args:
+        namespace: start the graph (and the monitor) under this namespace.
 
     Returns:
         ``(metrics, monitor, exit codes)``; the monitor is closed but keeps its
@@ -392,9 +431,12 @@ def run_graph(
     if task is None and profile == "sim":
         task = load_node_params(graph("sim")[0].params_path(), "sim_node", SimConfig).task
     processes = GraphProcesses(
-        profile, overrides_for(profile, task, policy, threads), log_dir=log_dir
+        profile,
+        overrides_for(profile, task, policy, threads),
+        log_dir=log_dir,
+        namespace=namespace,
     )
-    monitor = Monitor(record=record)
+    monitor = Monitor(record=record, namespace=namespace)
     processes.start()
     announce(
         f"started {', '.join(f'{n} (pid {p.process.pid})' for n, p in processes.nodes.items())}; "
@@ -420,6 +462,7 @@ def run_graph(
     metrics.update(
         {
             "profile": profile,
+            "namespace": processes.namespace or "/",
             "policy": policy,
             "threads": threads,
             "duration_s": round(monitor.elapsed_s(), 3),
@@ -480,9 +523,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads", type=int, default=None, help="inference threads (default: its config)"
     )
     parser.add_argument(
-        "--stop-on-success", action="store_true", help="stop 1 s after /task_success"
+        "--stop-on-success", action="store_true", help="stop 1 s after task_success"
+    )
+    parser.add_argument(
+        "--namespace",
+        default="",
+        type=_namespace_argument,
+        help="start the graph under this ROS namespace (e.g. arm1: topics /arm1/joint_states, …)",
     )
     parser.add_argument("--log-dir", type=Path, default=Path("out/launch"), help="node logs")
+
+
+def _namespace_argument(value: str) -> str:
+    try:
+        return normalize_namespace(value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -497,6 +553,7 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             stop_on_success=args.stop_on_success,
             log_dir=args.log_dir,
+            namespace=args.namespace,
         )
     except KeyboardInterrupt:
         return 130

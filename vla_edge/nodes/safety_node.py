@@ -2,16 +2,18 @@
 
 A separate process with its own parameter file (``config/safety.yaml``). It
 imports only the safety core, ``vla_edge.core``, ``vla_edge.config``, rclpy,
-standard messages and the ROS-free parameter declaration and ``main()`` of
-``vla_edge.nodes`` (a test checks this), so that it keeps holding the robot
-whatever happens upstream; its few message helpers are therefore local.
+standard messages and the ROS-free graph names, parameter declaration and
+``main()`` of ``vla_edge.nodes`` (a test checks this), so that it keeps holding
+the robot whatever happens upstream; its few message helpers are therefore local.
 
-* ``/controller/command`` (``Float64MultiArray``, the unsafe command) and
-  ``/joint_states`` in;
-* ``/joint_commands`` (``Float64MultiArray``) out from a loop thread
+Topic names are relative (:mod:`vla_edge.nodes.graph`):
+
+* ``controller/command`` (``Float64MultiArray``, the unsafe command) and
+  ``joint_states`` in;
+* ``joint_commands`` (``Float64MultiArray``) out from a loop thread
   (``SCHED_FIFO`` where allowed) clocked by the incoming commands: the filtered
   command on each one, or the supervisor's hold at ``rate_hz`` when they stop;
-* ``/estop`` (``std_msgs/Bool``, ``true`` latches), ``/safety/reset``
+* ``estop`` (``std_msgs/Bool``, ``true`` latches), ``safety/reset``
   (``std_srvs/Trigger``; never resumes motion by itself);
 * ``/diagnostics``: the supervisor's status and counters plus bad-input counts.
 
@@ -37,16 +39,11 @@ from std_srvs.srv import Trigger
 from vla_edge.config.models import SafetyConfig
 from vla_edge.core.errors import InvalidCommandError
 from vla_edge.core.types import JointCommand
+from vla_edge.nodes import graph
 from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.params import declare_config
 from vla_edge.safety.supervisor import SafetySupervisor
 
-TOPIC_COMMAND_IN = "/controller/command"
-TOPIC_COMMAND_OUT = "/joint_commands"
-TOPIC_JOINT_STATES = "/joint_states"
-TOPIC_ESTOP = "/estop"
-TOPIC_DIAGNOSTICS = "/diagnostics"
-SERVICE_RESET = "/safety/reset"
 DIAGNOSTIC_NAME = "vla_edge/safety"
 DIAGNOSTICS_PERIOD_S = 1.0
 _LEVELS = (
@@ -63,6 +60,7 @@ class SafetyNode(Node):
     def __init__(self) -> None:
         super().__init__("safety_node")
         self.config = declare_config(self, SafetyConfig)
+        self.diagnostic_name = graph.diagnostic_name(self.get_namespace(), DIAGNOSTIC_NAME)
         self.joint_names = tuple(self.config.joint_names)
         self.supervisor: SafetySupervisor | None = None
         self._pending: JointCommand | None = None
@@ -72,12 +70,14 @@ class SafetyNode(Node):
         self.lock = threading.Condition()
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.command_pub = self.create_publisher(Float64MultiArray, TOPIC_COMMAND_OUT, qos)
-        self.diag_pub = self.create_publisher(DiagnosticArray, TOPIC_DIAGNOSTICS, 10)
-        self.create_subscription(Float64MultiArray, TOPIC_COMMAND_IN, self._on_command, qos)
-        self.create_subscription(JointState, TOPIC_JOINT_STATES, self._on_joint_state, qos)
-        self.create_subscription(Bool, TOPIC_ESTOP, self._on_estop, qos)
-        self.create_service(Trigger, SERVICE_RESET, self._on_reset)
+        self.command_pub = self.create_publisher(Float64MultiArray, graph.TOPIC_JOINT_COMMANDS, qos)
+        self.diag_pub = self.create_publisher(DiagnosticArray, graph.TOPIC_DIAGNOSTICS, 10)
+        self.create_subscription(
+            Float64MultiArray, graph.TOPIC_CONTROLLER_COMMAND, self._on_command, qos
+        )
+        self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
+        self.create_subscription(Bool, graph.TOPIC_ESTOP, self._on_estop, qos)
+        self.create_service(Trigger, graph.SERVICE_SAFETY_RESET, self._on_reset)
         steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         # The output loop runs on its own thread (SCHED_FIFO where allowed) so that no
         # callback delays a tick; ``self.lock`` serialises it with them.
@@ -157,7 +157,9 @@ class SafetyNode(Node):
                 self._estop_before_start = True
             else:
                 self.supervisor.estop(now_s)
-        self.get_logger().warning("E-STOP pressed: latched until /safety/reset")
+        self.get_logger().warning(
+            f"E-STOP pressed: latched until {self.resolve_service_name(graph.SERVICE_SAFETY_RESET)}"
+        )
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         del request
@@ -243,7 +245,7 @@ class SafetyNode(Node):
 
     def _publish_diagnostics(self) -> None:
         now_s = self._now_s()
-        status = DiagnosticStatus(name=DIAGNOSTIC_NAME, hardware_id="vla_edge")
+        status = DiagnosticStatus(name=self.diagnostic_name, hardware_id="vla_edge")
         values: dict[str, object] = {
             "published": self.published,
             "rate_hz": self.config.rate_hz,

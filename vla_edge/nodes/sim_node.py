@@ -3,12 +3,12 @@
 * steps the physics at the control rate (100 Hz, 5 substeps of 2 ms) on its
   own loop thread (``SCHED_FIFO`` where allowed, like a robot's hardware loop),
   catching up on late ticks so simulated time follows the wall clock;
-* publishes ``/camera/<name>/image_raw`` (rgb8) per camera at
-  ``publish_rate_hz``, ``/joint_states`` at ``joint_state_rate_hz``, the
-  privileged ``/sim/state`` with each camera frame (for the scripted expert),
-  ``/task_success`` (``std_msgs/Bool``) and the instruction on ``/instruction``
-  (transient-local);
-* takes the SAFE position command ``/joint_commands`` (``Float64MultiArray``,
+* publishes ``camera/<name>/image_raw`` (rgb8) per camera at
+  ``publish_rate_hz``, ``joint_states`` at ``joint_state_rate_hz``, the
+  privileged ``sim/state`` with each camera frame (for the scripted expert),
+  ``task_success`` (``std_msgs/Bool``) and the instruction on ``instruction``
+  (transient-local); the names are relative (:mod:`vla_edge.nodes.graph`);
+* takes the SAFE position command ``joint_commands`` (``Float64MultiArray``,
   as a ros2_control forward-command controller would);
 * ``~/reset`` (``std_srvs/Trigger``) re-places the objects of the task and
   initial state named by the ``task`` / ``init_state_id`` parameters (the only
@@ -81,6 +81,7 @@ class SimNode(Node):
     def __init__(self) -> None:
         super().__init__("sim_node")
         self.config = declare_config(self, SimConfig, run_time=RUN_TIME_PARAMETERS)
+        self.diagnostic_name = graph.diagnostic_name(self.get_namespace(), DIAGNOSTIC_NAME)
         if self.config.suite != "tabletop":
             raise ConfigError(f"suite = {self.config.suite!r}: only 'tabletop' exists")
         from vla_edge.sim.env import PHYSICS_DT_S, TabletopEnv
@@ -123,7 +124,7 @@ class SimNode(Node):
         self.create_subscription(
             Float64MultiArray, graph.TOPIC_JOINT_COMMANDS, self._on_command, qos
         )
-        self.create_service(Trigger, "~/reset", self._on_reset)
+        self.create_service(Trigger, graph.PRIVATE_RESET, self._on_reset)
 
         # The stepping loop (the robot's hardware loop) runs on its own thread;
         # ``self.lock`` serialises it with the callbacks that touch the env.
@@ -326,7 +327,7 @@ class SimNode(Node):
         with self.lock:
             status = self._status()
         self.diag_pub.publish(
-            diagnostic_array([status_to_diagnostic(DIAGNOSTIC_NAME, status)], now_s)
+            diagnostic_array([status_to_diagnostic(self.diagnostic_name, status)], now_s)
         )
 
     def _status(self) -> dict[str, object]:
