@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,9 +11,9 @@ import torch
 from policy_synthetic import tiny_config
 
 from vla_edge.core.errors import CheckpointError, RemovedFeatureError
-from vla_edge.policy.config import REMOVED_MODEL_FIELDS, REMOVED_TRAIN_FIELDS
+from vla_edge.policy.config import REMOVED_MODEL_FIELDS, REMOVED_TRAIN_FIELDS, load_train_file
 from vla_edge.policy.model import VlaPolicy, load_checkpoint, save_checkpoint, weights_hash
-from vla_edge.runners.factory import BUNDLED_CHECKPOINT
+from vla_edge.runners.factory import BUNDLED_CHECKPOINT, BUNDLED_DIR
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,26 @@ def test_saved_checkpoint_loads_with_its_hash_rechecked(saved) -> None:
 def test_bundled_checkpoint_passes_the_load_checks() -> None:
     policy = load_checkpoint(BUNDLED_CHECKPOINT)
     assert policy.checkpoint_info["weights_sha256"] == weights_hash(policy.stage_state_dicts())
+
+
+@pytest.mark.skipif(not BUNDLED_CHECKPOINT.is_file(), reason="no bundled checkpoint")
+def test_bundled_checkpoint_stores_the_config_of_train_final_yaml() -> None:
+    # its stored configs still hold removed fields, at the values that stayed
+    policy = load_checkpoint(BUNDLED_CHECKPOINT)
+    final = load_train_file(BUNDLED_DIR / "train_final.yaml")
+    assert policy.config == final.model
+    assert policy.checkpoint_info["train_config"] == final.train.model_dump(mode="json")
+
+
+def test_the_model_card_names_exactly_the_training_configs_beside_it() -> None:
+    named = set(re.findall(r"\w+\.yaml", (BUNDLED_DIR / "README.md").read_text()))
+    present = {path.name for path in BUNDLED_DIR.glob("*.yaml")}
+    assert named == present
+    for name in sorted(present):
+        assert (
+            load_train_file(BUNDLED_DIR / name).model
+            == load_train_file(BUNDLED_DIR / "train_final.yaml").model
+        ), name
 
 
 # a value of each removed field that means its feature was used
