@@ -42,6 +42,19 @@ def test_parity_bench_reports_per_dimension_error_for_each_export(root, tmp_path
         assert pair["cosine"] > 0.9999
 
 
+def test_parity_bench_without_any_export_names_the_commands_and_writes_nothing(
+    root, tmp_path, capsys
+) -> None:
+    out = tmp_path / "parity.json"
+    argv = ["bench", "parity", "--checkpoint", str(tiny_checkpoint(root)), "--json", str(out)]
+    argv += ["--export-root", str(tmp_path / "none")]
+    assert cli_main(argv) == 2
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert "no export to compare" in err and "--export-missing" in err
+    assert "vla-edge export --checkpoint" in err and "--quant 8da4w" in err
+
+
 def test_latency_bench_times_each_backend_in_its_own_process(root, tmp_path) -> None:
     exported(root, "onnx")
     out = tmp_path / "latency.json"

@@ -110,8 +110,32 @@ def _export_dirs(args: argparse.Namespace) -> dict[str, Path]:
     return dirs
 
 
+def _missing_exports(dirs: dict[str, Path]) -> dict[str, Path]:
+    """The pairs whose export directory holds no ``manifest.json``."""
+    return {
+        name: folder for name, folder in dirs.items() if not (folder / "manifest.json").is_file()
+    }
+
+
 def run_parity(args: argparse.Namespace) -> dict[str, Any]:
-    """Compute the parity report (see the module docstring)."""
+    """Compute the parity report (see the module docstring).
+
+    Raises:
+        VlaEdgeError: no pair has an export and ``--export-missing`` is not given
+            (the message names the commands that make them).
+    """
+    dirs = _export_dirs(args)
+    missing = _missing_exports(dirs)
+    if len(missing) == len(dirs) and not args.export_missing:
+        commands = "; ".join(
+            f"vla-edge export --checkpoint {args.checkpoint} --backend {name.split('_')[0]} "
+            f"--quant {name.split('_')[1]} --out {folder}"
+            for name, folder in missing.items()
+        )
+        raise VlaEdgeError(
+            f"no export to compare: none of {sorted(missing)} has a manifest.json under "
+            f"{args.export_root}. Export them ({commands}) or rerun with --export-missing"
+        )
     import torch
 
     from vla_edge.policy.model import load_checkpoint, sample_noise
@@ -173,9 +197,9 @@ def run_parity(args: argparse.Namespace) -> dict[str, Any]:
         "targets_rms_pct_of_range_max": TARGET_RMS_PCT,
         "skipped": {},
     }
-    for name, folder in _export_dirs(args).items():
+    for name, folder in dirs.items():
         backend, quant = name.split("_")
-        if not (folder / "manifest.json").is_file():
+        if name in missing:
             if not args.export_missing:
                 report["skipped"][name] = f"no export at {folder}"
                 continue
