@@ -1,11 +1,11 @@
 """``ExportedRunner``: the four exported stage programs behind the ``Runner`` protocol.
 
-Shared by :class:`~vla_edge.runners.onnx_runner.OnnxRunner` and
-:class:`~vla_edge.runners.executorch_runner.ExecuTorchRunner`. It loads and
-validates ``manifest.json``, opens each stage with the backend the manifest
-names for it (the language stage may run on another backend than the
-policy), checks every program's real inputs and outputs against the
-manifest, tokenizes with the ``tokenizer.json`` copied beside the programs,
+The backends (ONNX Runtime, ExecuTorch) subclass it and only name the
+backend their manifest must have. It loads and validates ``manifest.json``,
+opens each stage with the runtime the manifest names for it
+(:func:`~vla_edge.runners.programs.open_program`; the language stage may run
+on another backend than the policy), checks every program's real inputs and
+outputs against the manifest, tokenizes with the ``tokenizer.json`` copied beside the programs,
 caches the language embedding per instruction, and does the same numpy pre-
 and post-processing as the torch reference (:mod:`vla_edge.runners.preprocess`).
 No torch is imported here.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
@@ -39,29 +38,7 @@ from vla_edge.runners.preprocess import (
     state_input,
     validate_observation,
 )
-
-
-class StageProgram(Protocol):
-    """One loaded program: fixed-shape numpy inputs in, first output out."""
-
-    def run(self, inputs: list[np.ndarray]) -> np.ndarray:
-        """Run once."""
-        ...
-
-    def io(self) -> tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]]:
-        """``(shape, numpy dtype name)`` of every input and output."""
-        ...
-
-
-def open_program(backend: str, path: Path, threads: int | None, names: list[str]) -> StageProgram:
-    """Open ``path`` with the runtime of ``backend`` (imported only when needed)."""
-    if backend == "onnx":
-        from vla_edge.runners.onnx_runner import OnnxProgram
-
-        return OnnxProgram(path, threads=threads, input_names=names)
-    from vla_edge.runners.executorch_runner import ExecuTorchProgram
-
-    return ExecuTorchProgram(path, threads=threads)
+from vla_edge.runners.programs import StageProgram, open_program
 
 
 class ExportedRunner:

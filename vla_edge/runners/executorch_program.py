@@ -1,0 +1,66 @@
+"""``ExecuTorchProgram``: one ExecuTorch ``.pte`` stage (XNNPACK) run on CPU.
+
+Importing this module does not import torch. Running it does: ExecuTorch's
+Python runtime (``executorch.extension.pybindings``) links libtorch and only
+accepts and returns ``torch.Tensor`` (numpy arrays are refused), so the
+program wrapper imports torch when the first program is opened and wraps the
+numpy inputs with ``torch.from_numpy`` (no copy). It loads the bindings'
+extension module ``_C`` directly rather than ``portable_lib``, whose import
+also pulls in the ``executorch.exir`` compiler (measured here: about 3x the
+import time and +130 MiB; ``vla-edge bench latency`` records both). The C++
+runtime itself does not need torch; a deployment that must avoid it would
+call the runtime through a small native shim instead of these bindings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+# ExecuTorch ScalarType codes -> numpy dtype names
+_ET_DTYPES = {6: "float32", 4: "int64", 3: "int32", 5: "float16", 1: "int8", 0: "uint8"}
+
+
+def _bindings():  # noqa: ANN202 - the pybind11 extension module
+    """ExecuTorch's pybind11 extension (libtorch is loaded first, as ``portable_lib`` does)."""
+    import torch  # noqa: F401 - loads libtorch for the extension's symbols
+    from executorch.extension.pybindings import _C
+
+    return _C
+
+
+def set_executorch_threads(threads: int) -> None:
+    """Resize ExecuTorch's process-wide CPU thread pool (never while a program runs)."""
+    _bindings()._unsafe_reset_threadpool(int(threads))
+
+
+class ExecuTorchProgram:
+    """One ``.pte`` program's ``forward`` method."""
+
+    def __init__(self, path: Path, threads: int | None = None) -> None:
+        import torch
+
+        bindings = _bindings()
+        if threads is not None:
+            set_executorch_threads(threads)
+        self._torch = torch
+        self.module = bindings._load_for_executorch(str(path))
+        self._meta = self.module.method_meta("forward")
+
+    def run(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """First output for ``inputs`` (contiguous numpy arrays), copied to numpy."""
+        tensors = [self._torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
+        return self.module.forward(tensors)[0].numpy().copy()
+
+    def io(self) -> tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]]:
+        """``(shape, dtype)`` of the method's inputs and outputs."""
+
+        def spec(info: object) -> tuple[tuple[int, ...], str]:
+            code = int(info.dtype())
+            return tuple(int(s) for s in info.sizes()), _ET_DTYPES.get(code, f"scalar_type_{code}")
+
+        meta = self._meta
+        inputs = [spec(meta.input_tensor_meta(i)) for i in range(meta.num_inputs())]
+        outputs = [spec(meta.output_tensor_meta(i)) for i in range(meta.num_outputs())]
+        return inputs, outputs

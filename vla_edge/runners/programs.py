@@ -1,0 +1,48 @@
+"""One exported stage program behind a backend-neutral seam.
+
+:class:`~vla_edge.runners.exported.ExportedRunner` opens each stage with the
+runtime its manifest entry names (the language stage may run on another
+backend than the policy), through :func:`open_program`. Each runtime lives in
+its own module and is imported only when a stage needs it, so opening ONNX
+programs never imports ExecuTorch (or torch).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from vla_edge.core.errors import ManifestMismatchError
+
+
+class StageProgram(Protocol):
+    """One loaded program: fixed-shape numpy inputs in, first output out."""
+
+    def run(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """Run once."""
+        ...
+
+    def io(self) -> tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]]:
+        """``(shape, numpy dtype name)`` of every input and output."""
+        ...
+
+
+def open_program(backend: str, path: Path, threads: int | None, names: list[str]) -> StageProgram:
+    """Open ``path`` with the runtime of ``backend`` (imported only when needed).
+
+    Raises:
+        ManifestMismatchError: ``backend`` names no runtime.
+    """
+    if backend == "onnx":
+        from vla_edge.runners.onnx_program import OnnxProgram
+
+        return OnnxProgram(path, threads=threads, input_names=names)
+    if backend == "executorch":
+        from vla_edge.runners.executorch_program import ExecuTorchProgram
+
+        return ExecuTorchProgram(path, threads=threads)
+    raise ManifestMismatchError(
+        f"field stages.{path.stem}.backend = {backend!r}: expected 'onnx' or 'executorch'"
+    )
