@@ -265,6 +265,10 @@ Callers pass noise explicitly (for reproducible runs) and draw it with
 ``vla_edge.runners.base.start_noise``.
 """
 
+MAX_FLOW_STEPS = 100
+"""Largest number ``K`` of Euler steps of the action head, wherever ``K`` is set:
+the policy config, the inference node, a torch runner, ``--flow-steps``."""
+
 
 class InferenceConfig(_Strict):
     """The inference side: which runner, where its artifact is, how it is fed."""
@@ -289,7 +293,7 @@ class InferenceConfig(_Strict):
     flow_steps: int = Field(
         0,
         ge=0,
-        le=100,
+        le=MAX_FLOW_STEPS,
         description="Euler steps K of the action head, 0: the model's own (an export: only its K)",
     )
     seed: int = Field(0, description="seed of the start-noise generator")

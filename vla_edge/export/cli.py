@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vla_edge.config.models import MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.export.manifest import BACKENDS, QUANTS
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from vla_edge.export.pipeline import CALIBRATION_FRAMES, export_policy
     from vla_edge.policy.model import VlaPolicy, load_checkpoint
-    from vla_edge.runners.factory import MAX_FLOW_STEPS, resolve_policy_path
+    from vla_edge.runners.factory import resolve_policy_path
 
     torch.set_num_threads(max(1, int(args.threads)))
     try:

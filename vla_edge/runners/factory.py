@@ -16,12 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vla_edge.config.models import MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError
 from vla_edge.runners.base import Runner
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "models" / "bundled"
 BUNDLED_CHECKPOINT = BUNDLED_DIR / "policy.pt"
-MAX_FLOW_STEPS = 100
 
 
 def resolve_policy_path(policy: str) -> Path:
@@ -44,7 +44,7 @@ def make_runner(
 
     Args:
         flow_steps: Euler steps ``K`` of the action head; ``None`` keeps the
-            artifact's own. A torch checkpoint runs with any ``1 <= K <= 100``;
+            artifact's own. A torch checkpoint runs with any ``1 <= K <= MAX_FLOW_STEPS``;
             an export has its ``K`` built in, so only that value is accepted.
 
     Raises:

@@ -15,13 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vla_edge.config.models import DEFAULT_NOISE_SCALE
+from vla_edge.config.models import DEFAULT_NOISE_SCALE, MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.policy.action_head import ActionHead
 from vla_edge.policy.model import VlaPolicy, load_checkpoint
 from vla_edge.runners.base import RunnerSpec, cache_put
-from vla_edge.runners.factory import MAX_FLOW_STEPS
 from vla_edge.runners.preprocess import (
     check_noise,
     check_prefix,

@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"--workers = {args.workers}: must be >= 1", file=sys.stderr)
         return 2
     if args.flow_steps is not None:
-        from vla_edge.runners.factory import MAX_FLOW_STEPS, resolve_policy_path
+        from vla_edge.config.models import MAX_FLOW_STEPS
+        from vla_edge.runners.factory import resolve_policy_path
 
         if args.policy == "expert" or not resolve_policy_path(args.policy).is_file():
             print(
