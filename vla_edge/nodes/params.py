@@ -155,13 +155,14 @@ def parameter_overrides(node: Node) -> dict[str, Any]:
     """The values ``node`` was started with for parameters it has not declared yet.
 
     They come from ``--params-file``, ``-p`` and ``parameter_overrides=``;
-    rclpy keeps them in ``Node._parameter_overrides`` and has no public
-    accessor for them before a parameter is declared.
+    rclpy keeps them in ``Node._parameter_overrides`` (Humble to Kilted) and
+    has no public accessor for them before a parameter is declared; read
+    directly, so that a change in rclpy fails loudly instead of silently
+    ignoring the parameter file.
     """
-    overrides = getattr(node, "_parameter_overrides", {})
     return {
         name: _plain(param.value)
-        for name, param in overrides.items()
+        for name, param in node._parameter_overrides.items()
         if not node.has_parameter(name)
     }
 
