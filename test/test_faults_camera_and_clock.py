@@ -29,8 +29,8 @@ PROPERTY = settings(
 
 @pytest.fixture(scope="module")
 def harness():
-    from vla_edge.runners.expert import ExpertRunner
     from vla_edge.sim.env import TabletopEnv
+    from vla_edge.sim.expert_runner import ExpertRunner
 
     env = TabletopEnv(image_height=32, image_width=32, cameras=list(CAMS))
     inference = load_node_params(config_path("inference.yaml"), "inference_node", InferenceConfig)

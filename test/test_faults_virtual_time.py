@@ -31,8 +31,8 @@ def configs() -> tuple[ControllerConfig, SafetyConfig]:
 
 @pytest.fixture(scope="module")
 def harness(configs) -> FaultHarness:
-    from vla_edge.runners.expert import ExpertRunner
     from vla_edge.sim.env import TabletopEnv
+    from vla_edge.sim.expert_runner import ExpertRunner
 
     env = TabletopEnv(image_height=32, image_width=32)  # every camera of the sim graph
     inference = load_node_params(config_path("inference.yaml"), "inference_node", InferenceConfig)

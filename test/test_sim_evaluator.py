@@ -13,9 +13,9 @@ from vla_edge.config.paths import config_path
 from vla_edge.core.errors import ConfigError, NonFiniteChunkError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
-from vla_edge.runners.expert import ExpertRunner
 from vla_edge.sim.env import TabletopEnv
 from vla_edge.sim.evaluator import EvalSettings, evaluate, wilson_interval
+from vla_edge.sim.expert_runner import ExpertRunner
 from vla_edge.sim.tasks import get_task
 
 JOINTS = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper")

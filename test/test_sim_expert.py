@@ -6,10 +6,10 @@ import pytest
 from vla_edge.core.errors import InvalidObservationError
 from vla_edge.core.types import Observation
 from vla_edge.runners.base import Runner
-from vla_edge.runners.expert import ExpertRunner
 from vla_edge.sim.collect import rollout_expert
 from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
 from vla_edge.sim.expert import ScriptedExpert, hand_yaw_rad, nearest_equivalent
+from vla_edge.sim.expert_runner import ExpertRunner
 from vla_edge.sim.ik import ArmIK, quat_error, yaw_down_quat
 from vla_edge.sim.tasks import BLOCK_HALF_M, HOME_ARM_QPOS_RAD, list_tasks
 

@@ -6,9 +6,9 @@ import pytest
 
 from vla_edge.cli import main
 from vla_edge.core.errors import ConfigError
-from vla_edge.runners.expert import ExpertRunner
 from vla_edge.sim.collect import collect, rollout_expert
 from vla_edge.sim.env import TabletopEnv
+from vla_edge.sim.expert_runner import ExpertRunner
 from vla_edge.sim.perturb import DEFAULT_STD_RAD, ExecutionPerturbation, segment_gate
 
 

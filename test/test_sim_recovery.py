@@ -6,11 +6,11 @@ import pytest
 
 from vla_edge.cli import main
 from vla_edge.policy.data import load_episodes
-from vla_edge.runners.expert import ExpertRunner
 from vla_edge.runners.factory import make_runner
 from vla_edge.sim.collect import rollout_recovery, write_episode
 from vla_edge.sim.env import CAMERAS, TabletopEnv
 from vla_edge.sim.expert import GRIP_CLOSED_CMD_M, GRIP_OPEN_CMD_M, PRE_GRASP_Z_M
+from vla_edge.sim.expert_runner import ExpertRunner
 from vla_edge.sim.tasks import OBJECTS
 
 

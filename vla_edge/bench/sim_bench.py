@@ -40,7 +40,7 @@ def _summary(values_ms: list[float]) -> dict[str, float]:
 
 def measure(side_px: int, task: str, policy_steps: int, warmup_steps: int = 3) -> dict[str, dict]:
     """Time ``policy_steps`` policy steps at ``side_px`` x ``side_px``."""
-    from vla_edge.runners.expert import ExpertRunner
+    from vla_edge.sim.expert_runner import ExpertRunner
 
     env = TabletopEnv(image_height=side_px, image_width=side_px)
     runner = ExpertRunner(env)

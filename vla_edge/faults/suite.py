@@ -45,8 +45,8 @@ def run_suite(
     Returns:
         The ``vla-edge faults run`` JSON dict.
     """
-    from vla_edge.runners.expert import ExpertRunner
     from vla_edge.sim.env import CAMERAS, TabletopEnv
+    from vla_edge.sim.expert_runner import ExpertRunner
 
     cameras = list(CAMERAS if cameras is None else cameras)
     env = TabletopEnv(image_height=image_size, image_width=image_size, cameras=cameras)

@@ -1,6 +1,7 @@
 """Map a ``--policy`` string to a runner.
 
-* ``expert`` — the scripted expert (needs the simulator, ``env=``);
+* ``expert`` — the scripted expert (needs the simulator, ``env=``, which builds
+  it: the expert reads the simulator's privileged state and lives in ``sim``);
 * ``bundled`` — the trained model shipped in ``vla_edge/models/bundled``;
 * a ``.pt`` checkpoint — the torch reference runner;
 * a directory with ``manifest.json`` — an exported artifact (ONNX or ExecuTorch);
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from vla_edge.config.models import MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError
@@ -22,6 +23,14 @@ from vla_edge.runners.base import Runner
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "models" / "bundled"
 BUNDLED_CHECKPOINT = BUNDLED_DIR / "policy.pt"
+
+
+class ExpertSource(Protocol):
+    """A simulator that builds the scripted expert on its own privileged state."""
+
+    def expert_runner(self) -> Runner:
+        """A fresh scripted-expert runner driving this simulator."""
+        ...
 
 
 def resolve_policy_path(policy: str) -> Path:
@@ -34,7 +43,7 @@ def resolve_policy_path(policy: str) -> Path:
 def make_runner(
     policy: str,
     *,
-    env: Any = None,
+    env: ExpertSource | None = None,
     threads: int = 2,
     flow_steps: int | None = None,
     remote_timeout_s: float = 1.0,
@@ -62,9 +71,7 @@ def make_runner(
             raise ConfigError(
                 "policy 'expert' needs the simulator (env=...): it reads privileged state"
             )
-        from vla_edge.runners.expert import ExpertRunner
-
-        return ExpertRunner(env)
+        return env.expert_runner()
     if policy.startswith(("ws://", "wss://")):
         from vla_edge.runners.remote import RemoteRunner
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Headless rendering unless the caller chose a backend; read when mujoco is imported.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -19,6 +20,9 @@ from vla_edge.sim.ik import ARM_JOINTS
 from vla_edge.sim.paths import scene_xml_path
 from vla_edge.sim.tasks import OBJECTS, Split, Task, get_task, init_state, is_success
 from vla_edge.sim.tasks import SceneState as SceneState
+
+if TYPE_CHECKING:
+    from vla_edge.runners.base import Runner
 
 JOINT_NAMES = (*ARM_JOINTS, "gripper")
 CAMERAS = ("agentview", "wrist")
@@ -228,6 +232,15 @@ class TabletopEnv:
     def success(self) -> bool:
         """Whether the current task's success predicate holds."""
         return is_success(self.task, self.scene_state())
+
+    def expert_runner(self) -> Runner:
+        """The scripted expert on this env's privileged state, as a ``Runner``.
+
+        What ``make_runner("expert", env=self)`` returns.
+        """
+        from vla_edge.sim.expert_runner import ExpertRunner
+
+        return ExpertRunner(self)
 
     def close(self) -> None:
         """Release the renderer."""

@@ -1,7 +1,10 @@
 """``ExpertRunner``: the scripted expert behind the ``Runner`` protocol.
 
 It reads the env's privileged state (object poses), so it is built with the
-env it drives; images are not needed (observe with ``render=False`` to save time).
+env it drives and lives with the simulator, not with the runner backends;
+images are not needed (observe with ``render=False`` to save time).
+``make_runner("expert", env=env)`` reaches it through
+:meth:`~vla_edge.sim.env.TabletopEnv.expert_runner`.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ def expert_observations(
     Task ``t`` starts from ``split``'s init state ``first_init_state + t``; an observation
     is kept every :data:`EXPERT_STEPS_PER_SAMPLE` steps of the expert.
     """
-    from vla_edge.runners.expert import ExpertRunner
     from vla_edge.sim.env import TabletopEnv
+    from vla_edge.sim.expert_runner import ExpertRunner
     from vla_edge.sim.tasks import list_tasks
 
     env = TabletopEnv(image_hw[0], image_hw[1], cameras=cameras)
