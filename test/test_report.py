@@ -84,20 +84,38 @@ def test_results_md_without_a_table_block_fails_the_check(repo_copy):
     assert report.check(repo_copy) == ["docs/RESULTS.md: no <!-- report:sim --> block"]
 
 
-def test_readme_summary_block_is_rewritten_only_where_its_markers_are(repo_copy):
+def test_readme_blocks_are_rewritten_only_where_their_markers_are(repo_copy):
     readme = repo_copy / report.README_MD
     readme.write_text("# vla_edge\n\nNo markers here.\n")
     assert report.rewrite(repo_copy) == []
     assert readme.read_text() == "# vla_edge\n\nNo markers here.\n"
 
-    readme.write_text("# vla_edge\n\n<!-- report:summary -->\nstale\n<!-- /report:summary -->\n")
-    assert report.check(repo_copy) == ["README.md: table 'summary' differs from its JSON(s)"]
+    names = [report.SUMMARY.name, *(t.name for t in report.REFERENCE)]
+    readme.write_text(
+        "# vla_edge\n\n"
+        + "".join(f"<!-- report:{n} -->\nstale\n<!-- /report:{n} -->\n" for n in names)
+    )
+    problems = report.check(repo_copy)
+    assert problems[0] == "README.md: table 'summary' differs from its JSON(s)"
+    assert "README.md: table 'params_controller_node' differs from the code" in problems
+    assert len(problems) == len(names)
     assert report.rewrite(repo_copy) == []
-    summary = _block(readme.read_text(), "summary")
+    text = readme.read_text()
+    summary = _block(text, "summary")
     assert "464/600 (77.3 %)" in summary
     assert "26/26 pass" in summary
     assert "[docs/RESULTS.md](docs/RESULTS.md)" in summary
+    assert "`max_chunk_age_s`" in _block(text, "params_controller_node")
+    assert "`action_chunk`" in _block(text, "ports_inference_node")
+    assert "flowchart LR" in _block(text, "graph_picture")
     assert report.check(repo_copy) == []
+
+
+def test_a_readme_with_markers_must_hold_the_node_reference(repo_copy):
+    readme = repo_copy / report.README_MD
+    readme.write_text("# vla_edge\n\n<!-- report:summary -->\n<!-- /report:summary -->\n")
+    report.rewrite(repo_copy)
+    assert "README.md: no <!-- report:graph_picture --> block" in report.check(repo_copy)
 
 
 def test_unknown_block_name_is_named(repo_copy):

@@ -720,7 +720,34 @@ SUMMARY = Table(
     ),
 )
 
-REGISTRY: dict[str, Table] = {t.name: t for t in (*TABLES, SUMMARY)}
+
+def _reference(kind: str, node: str = "") -> Render:
+    """A renderer of the README's node reference (:mod:`vla_edge.nodes.reference`)."""
+
+    def render(_: Sequence[Json]) -> str:
+        from vla_edge.nodes import reference
+
+        if kind == "graph":
+            return reference.graph_mermaid()
+        if kind == "ports":
+            return reference.ports_table(node)
+        return reference.parameters_table(node)
+
+    return render
+
+
+REFERENCE_NODES = ("sim_node", "inference_node", "controller_node", "safety_node")
+# The README's node reference, generated from the code it documents (no JSON; no footer).
+REFERENCE: tuple[Table, ...] = (
+    Table("graph_picture", (), "", _reference("graph"), footer=""),
+    *(Table(f"ports_{n}", (), "", _reference("ports", n), footer="") for n in REFERENCE_NODES),
+    *(
+        Table(f"params_{n}", (), "", _reference("params", n), footer="")
+        for n in (*REFERENCE_NODES, "fault_injector_node")
+    ),
+)
+
+REGISTRY: dict[str, Table] = {t.name: t for t in (*TABLES, SUMMARY, *REFERENCE)}
 
 
 # ---------------------------------------------------------------- rewriting
@@ -741,6 +768,8 @@ def render_block(table: Table, root: Path, document: str) -> str:
             for path in table.jsons
         )
         footer = f"Written by {table.command}: {links}."
+    if not footer:
+        return f"{table.render(reports)}\n"
     return f"{table.render(reports)}\n\n{footer}\n"
 
 
@@ -781,7 +810,8 @@ def update(root: Path, document: str, required: Sequence[str] = ()) -> tuple[str
             problems.append(f"{document}: table '{name}' cannot be rendered: {exc!r}")
             return match[0]
         if body != match["body"]:
-            problems.append(f"{document}: table '{name}' differs from its JSON(s)")
+            source = "its JSON(s)" if table.jsons else "the code"
+            problems.append(f"{document}: table '{name}' differs from {source}")
         return match["open"] + body + match["close"]
 
     new_text = _BLOCK.sub(replace, text)
@@ -796,7 +826,7 @@ def documents(root: Path) -> list[tuple[str, list[str]]]:
     docs = [(RESULTS_MD, [t.name for t in TABLES])]
     readme = root / README_MD
     if readme.is_file() and "<!-- report:" in readme.read_text():
-        docs.append((README_MD, []))
+        docs.append((README_MD, [SUMMARY.name, *(t.name for t in REFERENCE)]))
     return docs
 
 
@@ -816,7 +846,7 @@ def rewrite(root: Path = REPO_ROOT) -> list[str]:
         if new != old:
             (root / document).write_text(new)
             print(f"rewrote {document}")
-        problems += [p for p in found if "differs from its JSON" not in p]
+        problems += [p for p in found if "differs from" not in p]
     return problems
 
 

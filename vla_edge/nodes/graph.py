@@ -306,3 +306,132 @@ def policy_string(backend: str, model_path: str, remote_url: str) -> str:
     if backend == "remote":
         return remote_url
     return model_path
+
+
+@dataclass(frozen=True)
+class QoS:
+    """A topic's quality of service as the nodes create it (history: keep last ``depth``)."""
+
+    depth: int
+    reliable: bool = True
+    transient_local: bool = False
+
+    def __str__(self) -> str:
+        reliability = "reliable" if self.reliable else "best effort"
+        durability = "transient local" if self.transient_local else "volatile"
+        return f"{reliability}, {durability}, depth {self.depth}"
+
+
+QOS_STREAM = QoS(10)  # joint states, chunks, commands, plans, diagnostics
+QOS_NEWEST_IMAGE = QoS(1)  # the inference node keeps only the newest frame
+QOS_LATCHED = QoS(1, transient_local=True)  # a late subscriber gets the last value
+
+
+@dataclass(frozen=True)
+class Port:
+    """One topic or service of a node, as the node creates it.
+
+    Attributes:
+        node: the node's name.
+        role: ``publishes``, ``subscribes``, ``serves`` or ``calls``.
+        name: relative name (``<camera>`` stands for each configured camera).
+        type: message or service type.
+        qos: for topics; ``None`` for services.
+        meaning: one line for the reference.
+        when: the condition under which the node has it ("" = always).
+    """
+
+    node: str
+    role: str
+    name: str
+    type: str
+    qos: QoS | None
+    meaning: str
+    when: str = ""
+
+
+CAMERA_PLACEHOLDER = "<camera>"
+_IMAGE = "sensor_msgs/msg/Image"
+_JOINT_STATE = "sensor_msgs/msg/JointState"
+_TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
+_ARRAY = "std_msgs/msg/Float64MultiArray"
+_DIAGNOSTICS = "diagnostic_msgs/msg/DiagnosticArray"
+_TRIGGER = "std_srvs/srv/Trigger"
+
+
+def _diagnostics(node: str) -> Port:
+    return Port(node, "publishes", TOPIC_DIAGNOSTICS, _DIAGNOSTICS, QOS_STREAM, "status, counters")
+
+
+# Every topic and service of the sim graph's nodes (the ``hil`` profile remaps the
+# safety output; the fault injector's ports depend on its scenario). A test builds
+# each node and checks its names, types and QoS against this table; the README's
+# node reference and graph picture are generated from it.
+PORTS: tuple[Port, ...] = (
+    Port("sim_node", "publishes", f"camera/{CAMERA_PLACEHOLDER}/image_raw", _IMAGE, QOS_STREAM,
+         "rgb8 frame of each camera at publish_rate_hz, stamped at capture"),
+    Port("sim_node", "publishes", TOPIC_JOINT_STATES, _JOINT_STATE, QOS_STREAM,
+         "measured joint positions (rad, gripper m) at joint_state_rate_hz"),
+    Port("sim_node", "publishes", TOPIC_INSTRUCTION, "std_msgs/msg/String", QOS_LATCHED,
+         "the task's instruction"),
+    Port("sim_node", "publishes", TOPIC_TASK_SUCCESS, "std_msgs/msg/Bool", QOS_LATCHED,
+         "whether the task's success predicate holds"),
+    Port("sim_node", "publishes", TOPIC_SIM_STATE, _ARRAY, QOS_STREAM,
+         "object poses for the scripted expert's shadow scene"),
+    _diagnostics("sim_node"),
+    Port("sim_node", "subscribes", TOPIC_JOINT_COMMANDS, _ARRAY, QOS_STREAM,
+         "safe joint-position command (the safety node's output)"),
+    Port("sim_node", "serves", SERVICE_SIM_RESET, _TRIGGER, None,
+         "reset to task / init_state_id (the node's ~/reset)"),
+    Port("inference_node", "subscribes", f"camera/{CAMERA_PLACEHOLDER}/image_raw", _IMAGE,
+         QOS_NEWEST_IMAGE, "each configured camera; only the newest frame is kept"),
+    Port("inference_node", "subscribes", TOPIC_JOINT_STATES, _JOINT_STATE, QOS_STREAM,
+         "the state paired with the frames"),
+    Port("inference_node", "subscribes", TOPIC_INSTRUCTION, "std_msgs/msg/String", QOS_LATCHED,
+         "the instruction (an empty or non-text one is counted and ignored)"),
+    Port("inference_node", "subscribes", TOPIC_CONTROLLER_PLAN, _TRAJECTORY, QOS_STREAM,
+         "the controller's request; its points are the executed prefix"),
+    Port("inference_node", "subscribes", TOPIC_SIM_STATE, _ARRAY, QOS_STREAM,
+         "the simulator's state", when="backend: expert"),
+    Port("inference_node", "publishes", TOPIC_ACTION_CHUNK, _TRAJECTORY, QOS_STREAM,
+         "chunk stamped with its observation's time, one point per step"),
+    _diagnostics("inference_node"),
+    Port("controller_node", "subscribes", TOPIC_JOINT_STATES, _JOINT_STATE, QOS_STREAM,
+         "measured positions; start point and joint-state heartbeat"),
+    Port("controller_node", "subscribes", TOPIC_ACTION_CHUNK, _TRAJECTORY, QOS_STREAM,
+         "chunks, checked on arrival (shape, finite, age, order)"),
+    Port("controller_node", "publishes", TOPIC_CONTROLLER_COMMAND, _ARRAY, QOS_STREAM,
+         "UNSAFE joint-position command at rate_hz (the safety node filters it)"),
+    Port("controller_node", "publishes", TOPIC_CONTROLLER_PLAN, _TRAJECTORY, QOS_STREAM,
+         "inference request when the trigger asks; remaining plan with the prefix merge"),
+    _diagnostics("controller_node"),
+    Port("safety_node", "subscribes", TOPIC_CONTROLLER_COMMAND, _ARRAY, QOS_STREAM,
+         "the command to filter"),
+    Port("safety_node", "subscribes", TOPIC_JOINT_STATES, _JOINT_STATE, QOS_STREAM,
+         "measured positions; tracking check and joint-state heartbeat"),
+    Port("safety_node", "subscribes", TOPIC_ESTOP, "std_msgs/msg/Bool", QOS_STREAM,
+         "true latches the e-stop"),
+    Port("safety_node", "publishes", TOPIC_JOINT_COMMANDS, _ARRAY, QOS_STREAM,
+         "limited joint-position command to the robot (hil: forward_position_controller/commands)"),
+    _diagnostics("safety_node"),
+    Port("safety_node", "serves", SERVICE_SAFETY_RESET, _TRIGGER, None,
+         "clears a released e-stop or a latched stop; never resumes motion by itself"),
+)  # fmt: skip
+
+
+def node_ports(
+    node: str, cameras: tuple[str, ...] = (), conditions: tuple[str, ...] = ()
+) -> list[Port]:
+    """The ports of ``node``, ``<camera>`` expanded, those with an unmet ``when`` left out."""
+    out: list[Port] = []
+    for port in PORTS:
+        if port.node != node or (port.when and port.when not in conditions):
+            continue
+        if CAMERA_PLACEHOLDER in port.name:
+            out += [
+                dataclasses.replace(port, name=port.name.replace(CAMERA_PLACEHOLDER, cam))
+                for cam in cameras
+            ]
+        else:
+            out.append(port)
+    return out

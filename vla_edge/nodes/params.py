@@ -93,7 +93,7 @@ _BOUND_TYPES = {
 }
 
 
-def _bounds(field: FieldInfo) -> dict[str, Any]:
+def field_bounds(field: FieldInfo) -> dict[str, Any]:
     """``{"ge"|"gt"|"le"|"lt"|"min_length": value}`` of a field."""
     return {
         key: getattr(item, key)
@@ -103,7 +103,7 @@ def _bounds(field: FieldInfo) -> dict[str, Any]:
     }
 
 
-def _constraints_text(annotation: Any, bounds: dict[str, Any]) -> str:
+def constraints_text(annotation: Any, bounds: dict[str, Any]) -> str:
     parts = []
     if typing.get_origin(annotation) is Literal:
         parts.append("one of: " + ", ".join(str(c) for c in typing.get_args(annotation)))
@@ -125,12 +125,12 @@ def parameter_descriptor(
 ) -> ParameterDescriptor:
     """The descriptor of field ``name``: type, description, range, constraints, read-only."""
     ros_type = parameter_type(field.annotation)
-    bounds = _bounds(field)
+    bounds = field_bounds(field)
     descriptor = ParameterDescriptor(
         name=name,
         type=ros_type,
         description=field.description or "",
-        additional_constraints=_constraints_text(field.annotation, bounds),
+        additional_constraints=constraints_text(field.annotation, bounds),
         read_only=read_only,
     )
     has_bound = any(key in bounds for key in ("ge", "gt", "le", "lt"))

@@ -1,0 +1,124 @@
+"""The README's node reference, generated from the code it documents.
+
+* the graph picture (Mermaid) and each node's topics and services come from the
+  graph description's port table (:data:`vla_edge.nodes.graph.PORTS`, which a
+  test checks against the nodes themselves);
+* each node's parameters come from its pydantic config model (type, bounds,
+  description) and the value its shipped parameter file sets.
+
+``vla-edge report`` writes these blocks into README.md and ``--check`` fails
+when one no longer matches the code.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from vla_edge.config.loader import load_yaml_file
+from vla_edge.config.models import (
+    ControllerConfig,
+    FaultInjectorParams,
+    InferenceConfig,
+    SafetyConfig,
+    SimConfig,
+)
+from vla_edge.config.paths import share_dir
+from vla_edge.nodes import graph as g
+from vla_edge.nodes.params import constraints_text, field_bounds
+
+# node name -> (config model, shipped parameter file)
+NODE_CONFIGS: dict[str, tuple[type[BaseModel], str]] = {
+    "sim_node": (SimConfig, "config/sim.yaml"),
+    "inference_node": (InferenceConfig, "config/inference.yaml"),
+    "controller_node": (ControllerConfig, "config/controller.yaml"),
+    "safety_node": (SafetyConfig, "config/safety.yaml"),
+    "fault_injector_node": (FaultInjectorParams, "config/faults/fault_injector_node.yaml"),
+}
+# Sources and sinks outside the graph in the picture.
+OPERATOR = "operator"
+MONITOR = "monitor"
+
+_SCALARS = {bool: "bool", int: "int", float: "double", str: "string"}
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _type_text(annotation: Any) -> str:
+    if typing.get_origin(annotation) is Literal:
+        return "string"
+    if typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation)
+        return _SCALARS.get(item, str(item)) + "[]"
+    return _SCALARS.get(annotation, str(annotation))
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def parameters_table(node: str) -> str:
+    """Every parameter of ``node``: type, the shipped file's value, bounds, meaning."""
+    model, path = NODE_CONFIGS[node]
+    shipped = load_yaml_file(share_dir() / path).get(node, {}).get("ros__parameters", {})
+    rows = []
+    for name, field in model.model_fields.items():
+        value = shipped.get(name, field.get_default(call_default_factory=True))
+        bounds = constraints_text(field.annotation, field_bounds(field))
+        rows.append(
+            [
+                f"`{name}`",
+                _type_text(field.annotation),
+                f"`{_value_text(value)}`",
+                bounds.replace("|", "\\|") or "–",
+                field.description or "",
+            ]
+        )
+    return _table(["parameter", "type", f"value in `{path}`", "bounds", "meaning"], rows)
+
+
+def ports_table(node: str) -> str:
+    """What ``node`` publishes, subscribes and serves: name, type, QoS, meaning."""
+    rows = []
+    for port in (p for p in g.PORTS if p.node == node):
+        meaning = port.meaning + (f" (only with {port.when})" if port.when else "")
+        qos = "–" if port.qos is None else str(port.qos)
+        rows.append([port.role, f"`{port.name}`", f"`{port.type}`", qos, meaning])
+    return _table(["", "name", "type", "QoS", "meaning"], rows)
+
+
+def graph_mermaid() -> str:
+    """The sim graph as a Mermaid flowchart: one edge per (publisher, subscriber) pair.
+
+    ``/diagnostics`` (every node publishes it) is left out; a topic nobody in the
+    graph publishes comes from the operator, one nobody subscribes goes to a
+    monitor, and services are called by the operator.
+    """
+    names = {p.name.replace(g.CAMERA_PLACEHOLDER, "*") for p in g.PORTS}
+    edges: dict[tuple[str, str], list[str]] = {}
+    for name in sorted(names - {g.TOPIC_DIAGNOSTICS}):
+        ports = [p for p in g.PORTS if p.name.replace(g.CAMERA_PLACEHOLDER, "*") == name]
+        sources = sorted({p.node for p in ports if p.role == "publishes"}) or [OPERATOR]
+        sinks = sorted({p.node for p in ports if p.role in ("subscribes", "serves")}) or [MONITOR]
+        if any(p.role == "serves" for p in ports):
+            sources = [OPERATOR]
+        for source in sources:
+            for sink in sinks:
+                edges.setdefault((source, sink), []).append(name)
+    lines = ["```mermaid", "flowchart LR"]
+    lines += [f"  {n}([{n}])" for n in (OPERATOR, MONITOR)]
+    for (source, sink), topics in edges.items():
+        lines.append(f'  {source} -- "{"<br/>".join(topics)}" --> {sink}')
+    lines.append("```")
+    return "\n".join(lines)
