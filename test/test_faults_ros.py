@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vla_edge.faults.ros_suite import FAULT_INJECTOR_NODE, fault_graph
 from vla_edge.faults.scenario import load_suite
+from vla_edge.nodes.fault_suite import FAULT_INJECTOR_NODE, fault_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = {s.name: s for s in load_suite("default")}
@@ -57,7 +57,7 @@ def test_the_injector_node_is_started_with_its_parameter_file():
 
 @pytest.mark.ros
 def test_graph_stop_kills_a_node_that_ignores_sigint_and_sigterm_and_reports_it(tmp_path):
-    from vla_edge.faults.ros_suite import FaultGraphProcesses
+    from vla_edge.nodes.fault_suite import FaultGraphProcesses
 
     spec = fault_graph(SCENARIOS["camera_drop"], "lift_green_block")[0]
     procs = FaultGraphProcesses([spec], tmp_path)

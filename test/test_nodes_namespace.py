@@ -20,8 +20,8 @@ import rclpy
 from rclpy.node import Node
 
 from vla_edge.config.models import ControllerConfig, SafetyConfig
-from vla_edge.faults.ros_suite import FAULT_INJECTOR_NODE
 from vla_edge.nodes import graph as g
+from vla_edge.nodes.fault_suite import FAULT_INJECTOR_NODE
 from vla_edge.nodes.graph import NodeSpec
 
 NS = "/arm1"

@@ -9,7 +9,8 @@
   the ROS graph (sim, inference, controller + watchdog, safety, env).
 * :mod:`~vla_edge.faults.metrics` — detection, halt, peaks, limit violations,
   recovery, pass/fail; :mod:`~vla_edge.faults.plots` — a PNG per scenario.
-* :mod:`~vla_edge.faults.suite` / :mod:`~vla_edge.faults.ros_suite` — run a
-  suite in virtual time or on the real graph; :mod:`~vla_edge.faults.cli` —
+* :mod:`~vla_edge.faults.suite` — run a suite in virtual time (the same
+  scenarios on the real ROS graph: :mod:`vla_edge.nodes.fault_suite`, since
+  this package imports no ROS); :mod:`~vla_edge.faults.cli` —
   ``vla-edge faults run [--suite default] [--ros] [--scenarios …] --json OUT [--plots DIR]``.
 """

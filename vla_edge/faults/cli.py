@@ -1,4 +1,9 @@
-"""``vla-edge faults``: run the fault-injection suite and write the JSON (and PNGs)."""
+"""``vla-edge faults``: run the fault-injection suite and write the JSON (and PNGs).
+
+A command front end, so it may reach every layer: ``--ros`` imports the ROS-level
+suite from :mod:`vla_edge.nodes.fault_suite` when asked for, the rest of
+:mod:`vla_edge.faults` stays ROS-free.
+"""
 
 from __future__ import annotations
 
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             print(_line(name, result), file=sys.stderr, flush=True)
 
     if args.ros:
-        from vla_edge.faults.ros_suite import run_ros_suite
+        from vla_edge.nodes.fault_suite import run_ros_suite
 
         result = run_ros_suite(
             scenarios,

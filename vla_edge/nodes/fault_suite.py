@@ -1,5 +1,9 @@
 """The ROS-level fault suite: the real graph as separate processes, plus the fault injector.
 
+It lives with the nodes because it starts their processes and records their
+topics with rclpy; the scenarios, injectors, scoring and summary it uses are the
+ROS-free ones of :mod:`vla_edge.faults`.
+
 For each scenario the sim graph (``vla_edge.nodes.graph``) starts with the
 producer of the corrupted topic remapped to ``<topic>_raw`` and
 ``fault_injector_node`` republishing it with the fault applied; e-stop goes
