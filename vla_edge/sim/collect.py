@@ -7,7 +7,12 @@ Layout (robomimic / LIBERO convention, see docs/INTERFACES.md)::
     data/demo_<i>/obs/state            [T, 7] float32  measured joints + gripper
     data/demo_<i>/actions              [T, 7] float32  target for time t_k
     attrs: instruction, task, init_state_id, seed, split, dt_action_s, success,
-           perturb_scale (executed-noise scale; 0 for clean demonstrations)
+           perturb_scale (executed-noise scale; 0 for clean demonstrations),
+           the training probes' targets (vla_edge.sim.dataset):
+           layout_names [n + 1] str, layout_xy [n + 1, 2] float32 (every
+           object's and the target's xy where the recording starts),
+           goal_names [2] str, goal_xy [2, 2] float32 (the instructed object's
+           and its destination's xy)
 
 One observation and one action per policy step (``dt_action_s = 0.1``);
 between policy steps the env runs at 100 Hz on targets linearly interpolated
@@ -17,6 +22,10 @@ the canonical instruction (paraphrases stay held out). With ``--perturb
 SCALE`` the executed arm targets carry a smooth random offset
 (:mod:`vla_edge.sim.perturb`) while the recorded actions stay the expert's
 own targets, so the demonstrations show the way back to the expert's path.
+
+``vla-edge collect --add-targets DIR`` stores the probe targets in files
+recorded before they were part of the layout, in place
+(:func:`vla_edge.sim.dataset.add_targets`).
 """
 
 from __future__ import annotations
@@ -31,12 +40,14 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from vla_edge.core.errors import ConfigError, UnknownTaskError
+from vla_edge.core.errors import ConfigError, DatasetError, UnknownTaskError
 from vla_edge.core.types import Observation
 from vla_edge.runners.base import Runner
 from vla_edge.runners.expert import ExpertRunner
+from vla_edge.sim.dataset import add_targets, write_targets
 from vla_edge.sim.env import CAMERAS, TabletopEnv
 from vla_edge.sim.perturb import ExecutionPerturbation, segment_gate
+from vla_edge.sim.probe_targets import episode_targets
 from vla_edge.sim.tasks import SUITE, Split, get_task, list_tasks
 
 DT_ACTION_S = 0.1
@@ -210,7 +221,7 @@ def _record(
 
 
 def write_episode(group: h5py.Group, episode: Episode, seed: int) -> None:
-    """Write one episode under ``group`` (``data/demo_<i>``)."""
+    """Write one episode under ``group`` (``data/demo_<i>``), its probe targets included."""
     obs = group.create_group("obs")
     for cam, frames in episode.images.items():
         obs.create_dataset(
@@ -237,6 +248,10 @@ def write_episode(group: h5py.Group, episode: Episode, seed: int) -> None:
     if episode.scene_xy is not None:
         group.attrs["scene_names"] = list(episode.scene_xy)
         group.attrs["scene_xy"] = np.stack(list(episode.scene_xy.values())).astype(np.float32)
+    write_targets(
+        group,
+        episode_targets(episode.task, episode.init_state_id, episode.split, episode.scene_xy),
+    )
 
 
 def collect(
@@ -344,8 +359,12 @@ def collect(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``vla-edge collect``."""
     parser.add_argument("--suite", default=SUITE, choices=[SUITE], help="task suite")
-    parser.add_argument("--episodes-per-task", type=int, required=True, help="demos per task")
-    parser.add_argument("--out", type=Path, required=True, help="output folder (one HDF5 per task)")
+    parser.add_argument(
+        "--episodes-per-task", type=int, default=None, help="demos per task (required)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (one HDF5 per task; required)"
+    )
     parser.add_argument("--tasks", nargs="+", default=None, help="subset of tasks (default: all)")
     parser.add_argument("--image-size", type=int, default=64, help="square image size (pixels)")
     parser.add_argument("--seed", type=int, default=0, help="selects the training init states")
@@ -374,10 +393,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="execute expert demonstrations with smooth joint noise of this scale "
         "(DART-style; the recorded actions stay the expert's; 0: off)",
     )
+    parser.add_argument(
+        "--add-targets",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="record nothing: store the training probes' targets in the existing HDF5 "
+        "files under DIR (or one file), in place, computed from their recorded init "
+        "states or hand-over layouts (for files collected before targets were stored)",
+    )
+
+
+def _run_add_targets(args: argparse.Namespace) -> int:
+    """``vla-edge collect --add-targets DIR``."""
+    given = [
+        option
+        for option, value in (("--out", args.out), ("--episodes-per-task", args.episodes_per_task))
+        if value is not None
+    ]
+    if given:
+        raise SystemExit(f"--add-targets records nothing: drop {' and '.join(given)}")
+    try:
+        done = add_targets(args.add_targets)
+    except DatasetError as exc:
+        raise SystemExit(str(exc)) from None
+    for path, count in done.items():
+        print(f"{path}: probe targets stored in {count} episodes")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``vla-edge collect``."""
+    if args.add_targets is not None:
+        return _run_add_targets(args)
+    for option, value in (("--episodes-per-task", args.episodes_per_task), ("--out", args.out)):
+        if value is None:
+            raise SystemExit(f"{option} is required (or --add-targets DIR)")
     if args.episodes_per_task < 1:
         raise SystemExit(f"--episodes-per-task = {args.episodes_per_task}: must be >= 1")
     if not 8 <= args.image_size <= 640:
