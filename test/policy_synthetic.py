@@ -4,6 +4,9 @@ Two instructions drive the arm in opposite directions; a red square in each
 camera image moves with the step index and looks the same for both, so only
 the instruction tells the tasks apart (as in LIBERO-Goal). The chunk is a deterministic
 function of (instruction, state), so a model can fit it almost exactly.
+
+With ``with_targets`` the episodes also store made-up probe targets
+(``layout_xy``, ``goal_xy``) in the shapes ``vla-edge collect`` writes.
 """
 
 from __future__ import annotations
@@ -63,8 +66,28 @@ def make_episode(task_id: int, seed: int, steps: int = 20, size: int = 32) -> di
     return {"images": images, "state": state, "actions": actions}
 
 
-def write_dataset(path: Path, episodes_per_task: int = 3, steps: int = 20, size: int = 32) -> Path:
-    """Write ``2 * episodes_per_task`` episodes to ``path`` (an .hdf5 file)."""
+LAYOUT_ROWS = 6
+"""Rows of the made-up layout (five objects and the target, as in the tabletop suite)."""
+
+
+def made_up_targets(index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Probe targets of episode ``demo_<index>``: layout ``[6, 2]``, goal ``[2, 2]`` (float32)."""
+    rng = np.random.default_rng(1000 + index)
+    layout = rng.uniform(-0.3, 0.6, (LAYOUT_ROWS, 2)).astype(np.float32)
+    return layout, layout[[index % (LAYOUT_ROWS - 1), LAYOUT_ROWS - 1]]
+
+
+def write_dataset(
+    path: Path,
+    episodes_per_task: int = 3,
+    steps: int = 20,
+    size: int = 32,
+    with_targets: bool = False,
+) -> Path:
+    """Write ``2 * episodes_per_task`` episodes to ``path`` (an .hdf5 file).
+
+    ``with_targets``: store :func:`made_up_targets` as each episode's probe targets.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with h5py.File(path, "w") as h5:
         data = h5.create_group("data")
@@ -83,5 +106,7 @@ def write_dataset(path: Path, episodes_per_task: int = 3, steps: int = 20, size:
                 g.attrs["init_state_id"] = e
                 g.attrs["seed"] = 100 * task_id + e
                 g.attrs["dt_action_s"] = 0.1
+                if with_targets:
+                    g.attrs["layout_xy"], g.attrs["goal_xy"] = made_up_targets(i)
                 i += 1
     return path

@@ -1,7 +1,13 @@
 import h5py
 import numpy as np
 import pytest
-from policy_synthetic import CAMERAS, INSTRUCTIONS, write_dataset
+from policy_synthetic import (
+    CAMERAS,
+    INSTRUCTIONS,
+    LAYOUT_ROWS,
+    made_up_targets,
+    write_dataset,
+)
 
 from vla_edge.core.errors import DatasetError
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
@@ -83,52 +89,87 @@ def test_empty_folder_raises_dataset_error(tmp_path) -> None:
         load_episodes(tmp_path, list(CAMERAS), (32, 32), 7)
 
 
-def _mark_as_suite_episodes(path, tasks=("lift_green_block", "put_blue_block_on_plate")) -> None:
-    """Give the synthetic episodes the attributes ``vla-edge collect`` writes."""
-    with h5py.File(path, "r+") as h5:
-        for name, group in h5["data"].items():
-            task_id = 0 if group.attrs["task"] == "task_0" else 1
-            group.attrs["task"] = tasks[task_id]
-            group.attrs["split"] = "train"
-            group.attrs["init_state_id"] = 1000 + int(name.split("_")[1])
-
-
-def test_suite_episodes_carry_the_layout_of_their_init_state(tmp_path) -> None:
-    from vla_edge.sim.tasks import OBJECTS, init_state
-
-    path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=2, steps=12)
-    plain = load_episodes(path, list(CAMERAS), (32, 32), 7)
-    assert all(ep.layout_xy is None for ep in plain)
-    _mark_as_suite_episodes(path)
-    episodes = load_episodes(path, list(CAMERAS), (32, 32), 7)
-    scene = init_state("put_blue_block_on_plate", 1003, "train").scene
-    want = np.concatenate([scene.positions_m[n][:2] for n in OBJECTS] + [scene.target_xy_m])
-    assert episodes[3].layout_xy.shape == (2 * (len(OBJECTS) + 1),)
-    np.testing.assert_allclose(episodes[3].layout_xy, want, atol=1e-6)
-    assert not np.allclose(episodes[0].layout_xy, episodes[1].layout_xy)
-    # goal: the blue block, then the plate; lifting has no destination (the block twice)
-    xy = {n: scene.positions_m[n][:2] for n in OBJECTS}
-    np.testing.assert_allclose(episodes[3].goal_xy, np.concatenate([xy["blue_block"], xy["plate"]]))
-    lift = init_state("lift_green_block", 1000, "train").scene.positions_m["green_block"][:2]
-    np.testing.assert_allclose(episodes[0].goal_xy, np.concatenate([lift, lift]), atol=1e-6)
+def test_stored_probe_targets_are_read_row_by_row(tmp_path) -> None:
+    path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=2, steps=12, with_targets=True)
+    episodes = load_episodes(path, list(CAMERAS), (32, 32), 7, probes=["layout", "goal"])
+    for i, ep in enumerate(episodes):
+        layout, goal = made_up_targets(i)
+        assert ep.layout_xy.dtype == np.float32 and ep.layout_xy.shape == (2 * LAYOUT_ROWS,)
+        np.testing.assert_array_equal(ep.layout_xy, layout.reshape(-1))  # x0 y0 x1 y1 ...
+        np.testing.assert_array_equal(ep.goal_xy, goal.reshape(-1))
+    plain_path = write_dataset(tmp_path / "plain" / "d.hdf5", episodes_per_task=1, steps=12)
+    plain = load_episodes(plain_path, list(CAMERAS), (32, 32), 7)
+    assert all(ep.layout_xy is None and ep.goal_xy is None for ep in plain)
     samples = ChunkSamples(episodes[:1] + plain[1:2], list(CAMERAS), 10)
     assert samples.has_layout.tolist() == [True] * 12 + [False] * 12
     assert samples.steps.tolist() == list(range(12)) * 2
-    assert np.all(samples.layout[12:] == 0.0)
+    np.testing.assert_array_equal(samples.layout[:12], np.tile(episodes[0].layout_xy, (12, 1)))
+    np.testing.assert_array_equal(samples.goal[:12], np.tile(episodes[0].goal_xy, (12, 1)))
+    assert np.all(samples.layout[12:] == 0.0) and np.all(samples.goal[12:] == 0.0)
 
 
-def test_a_malformed_hand_over_layout_is_treated_as_unknown(tmp_path) -> None:
-    from vla_edge.sim.tasks import OBJECTS
+def test_a_probe_in_use_without_stored_targets_names_the_file_field_and_upgrade_command(
+    tmp_path,
+) -> None:
+    path = write_dataset(tmp_path / "old.hdf5", episodes_per_task=1, steps=5)
+    with pytest.raises(DatasetError) as caught:
+        load_episodes(tmp_path, list(CAMERAS), (32, 32), 7, probes=["goal"])
+    message = str(caught.value)
+    assert f"{path}:data/demo_0" in message
+    assert "goal_xy" in message and "layout_xy" not in message
+    assert f"'vla-edge collect --add-targets {tmp_path}'" in message
+    assert "train.goal_loss_weight: 0" in message
+    # a probe that is off (weight 0) needs nothing
+    assert len(load_episodes(tmp_path, list(CAMERAS), (32, 32), 7, probes=[])) == 2
 
-    path = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=1, steps=12)
-    _mark_as_suite_episodes(path)
-    names = [*OBJECTS, "target"]
+
+def test_only_the_targets_of_the_probes_in_use_are_required(tmp_path) -> None:
+    path = write_dataset(tmp_path / "d.hdf5", episodes_per_task=1, steps=5, with_targets=True)
     with h5py.File(path, "r+") as h5:
-        good, bad = h5["data/demo_0"], h5["data/demo_1"]
-        good.attrs["scene_names"] = names
-        good.attrs["scene_xy"] = np.arange(2 * len(names), dtype=np.float32).reshape(-1, 2)
-        bad.attrs["scene_names"] = names
-        bad.attrs["scene_xy"] = np.zeros((len(names) - 1, 2), np.float32)  # one row short
-    first, second = load_episodes(path, list(CAMERAS), (32, 32), 7)
-    np.testing.assert_allclose(first.layout_xy, np.arange(2 * len(names), dtype=np.float32))
-    assert second.layout_xy is None and second.goal_xy is None
+        del h5["data/demo_1"].attrs["goal_xy"]
+    (_, second) = load_episodes(path, list(CAMERAS), (32, 32), 7, probes=["layout"])
+    assert second.layout_xy is not None and second.goal_xy is None
+    with pytest.raises(
+        DatasetError, match=r"data/demo_1: probe target attributes missing: goal_xy"
+    ):
+        load_episodes(path, list(CAMERAS), (32, 32), 7, probes=["layout", "goal"])
+    with pytest.raises(ValueError, match="heading"):
+        load_episodes(path, list(CAMERAS), (32, 32), 7, probes=["heading"])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("goal_xy", np.zeros((3, 2), np.float32), r"goal_xy has shape \(3, 2\), expected \[2, 2\]"),
+        ("layout_xy", np.zeros(12, np.float32), r"layout_xy has shape \(12,\), expected \[n >= 1"),
+        ("layout_xy", np.full((6, 2), np.nan, np.float32), "layout_xy holds non-finite"),
+    ],
+)
+def test_a_malformed_stored_target_is_a_dataset_error_naming_it(
+    tmp_path, field, value, message
+) -> None:
+    path = write_dataset(tmp_path / "d.hdf5", episodes_per_task=1, steps=5, with_targets=True)
+    with h5py.File(path, "r+") as h5:
+        h5["data/demo_1"].attrs[field] = value
+    with pytest.raises(DatasetError, match=f"data/demo_1: attribute {message}"):
+        load_episodes(path, list(CAMERAS), (32, 32), 7)
+
+
+def test_training_data_code_does_not_import_the_scene() -> None:
+    """Targets are data: nothing under vla_edge/policy imports vla_edge.sim."""
+    import ast
+    from pathlib import Path
+
+    import vla_edge.policy
+
+    offenders = []
+    for file in sorted(Path(vla_edge.policy.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(file.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if any(n == "vla_edge.sim" or n.startswith("vla_edge.sim.") for n in names):
+                offenders.append(f"{file.name}:{node.lineno}")
+    assert offenders == []

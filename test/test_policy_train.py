@@ -5,7 +5,7 @@ import pytest
 import torch
 from policy_synthetic import CAMERAS, INSTRUCTIONS, make_episode, tiny_config, write_dataset
 
-from vla_edge.core.errors import CheckpointError, ConfigError
+from vla_edge.core.errors import CheckpointError, DatasetError
 from vla_edge.core.types import Observation
 from vla_edge.policy.config import TrainConfig, TrainFileConfig
 from vla_edge.policy.model import load_checkpoint, read_checkpoint
@@ -137,9 +137,13 @@ def test_learning_rate_warms_up_then_decays_to_the_minimum() -> None:
 
 
 def _layout_dataset(tmp_path):
-    """Synthetic episodes of two real tasks whose agentview shows each object as a dot."""
+    """Synthetic episodes of two real tasks whose agentview shows each object as a dot.
+
+    Their probe targets are stored as ``vla-edge collect --add-targets`` stores them.
+    """
     import h5py
 
+    from vla_edge.sim.dataset import add_targets
     from vla_edge.sim.tasks import OBJECTS, init_state
 
     colours = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 255], [255, 0, 255]])
@@ -160,6 +164,7 @@ def _layout_dataset(tmp_path):
                 col = int(round(2 + (y + 0.22) / 0.44 * 26))
                 images[:, row : row + 3, col : col + 3] = colour
             group["obs/agentview_image"][...] = images
+    add_targets(path)
     return tmp_path / "data"
 
 
@@ -390,9 +395,10 @@ def test_a_probe_warmup_without_steps_after_it_or_without_a_probe_is_refused(
         TrainConfig(**fields)
 
 
-def test_a_probe_warmup_on_data_without_layouts_is_a_named_config_error(tmp_path, trained):
-    _, root, _ = trained  # synthetic tasks: no recorded init state, so no probe targets
+def test_a_probe_on_data_without_stored_targets_is_a_named_dataset_error(tmp_path, trained):
+    _, root, _ = trained  # synthetic tasks: no probe targets stored
     cfg = _probe_cfg(20)
-    cfg.train.probe_warmup_steps = 10
-    with pytest.raises(ConfigError, match="probe_warmup_steps = 10: no episode"):
-        train(root / "data", tmp_path / "x.pt", cfg, progress=False, init_from=root / "policy.pt")
+    cfg.train.goal_loss_weight = 0.0  # a probe that is off needs no targets
+    with pytest.raises(DatasetError, match=r"demos\.hdf5:data/demo_0: .*missing: layout_xy \("):
+        train(root / "data", tmp_path / "x.pt", cfg, progress=False)
+    assert not (tmp_path / "x.pt").exists()

@@ -6,26 +6,36 @@ Layout read (robomimic convention, see docs/INTERFACES.md)::
     data/demo_<i>/obs/state            [T, A]
     data/demo_<i>/actions              [T, A]   target for time t_k
     data/demo_<i> attrs: instruction, task, ...
+    data/demo_<i> attrs layout_xy [n, 2], goal_xy [2, 2]   the probes' targets
 
 A sample is the observation at step ``k`` of an episode with the chunk
 ``actions[k:k+H]`` padded with the episode's last row.
 
-Episodes recorded from the tabletop suite also carry their scene layout: the
-``task``, ``split`` and ``init_state_id`` attributes name the fixed initial
-state, whose object positions are re-derived here (``Episode.layout_xy``).
-Training can use it as an auxiliary target for the vision encoder; episodes
-from elsewhere simply have none.
+Episodes recorded from the tabletop suite also carry the training probes'
+targets, computed when they were collected (``vla-edge collect``): the scene
+layout where the recording starts (``Episode.layout_xy``) and the instructed
+object's and its destination's positions (``Episode.goal_xy``). They are read
+here as numbers; training never rebuilds the scene. A probe in use needs them
+in every episode; files collected before they were stored get them in place
+with ``vla-edge collect --add-targets DIR``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from vla_edge.core.errors import DatasetError
-from vla_edge.sim.dataset import demo_files
+
+HDF5_SUFFIXES = (".hdf5", ".h5")
+
+PROBE_TARGETS: dict[str, str] = {"layout": "layout_xy", "goal": "goal_xy"}
+"""Training probe -> the episode attribute that holds its target."""
+
+ADD_TARGETS_COMMAND = "vla-edge collect --add-targets"
 
 
 @dataclass
@@ -39,10 +49,10 @@ class Episode:
     task: str
     name: str
     layout_xy: np.ndarray | None = None
-    """``[2 * (objects + 1)]``: initial xy of every object then the target (m), if known."""
+    """``[2 * (objects + 1)]``: initial xy of every object then the target (m), if stored."""
     goal_xy: np.ndarray | None = None
     """``[4]``: initial xy of the instructed object, then of its destination (the
-    object itself when the task has none), if known."""
+    object itself when the task has none), if stored."""
 
     @property
     def length(self) -> int:
@@ -56,23 +66,55 @@ def _attr_str(value: object) -> str:
     return str(value)
 
 
+def _demo_files(path: str | Path) -> list[Path]:
+    """The HDF5 files at ``path`` (a file, or every ``*.hdf5``/``*.h5`` below a folder).
+
+    The same rule as the writer's ``vla_edge.sim.dataset.demo_files``, kept here
+    so that training does not import the simulator.
+
+    Raises:
+        DatasetError: nothing there.
+    """
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in HDF5_SUFFIXES)
+        if files:
+            return files
+        raise DatasetError(f"path = {str(path)!r}: no {'/'.join(HDF5_SUFFIXES)} file inside")
+    raise DatasetError(f"path = {str(path)!r}: no such file or folder")
+
+
 def load_episodes(
     path: str | Path,
     cameras: list[str],
     image_hw: tuple[int, int],
     action_dim: int,
+    probes: Collection[str] = (),
 ) -> list[Episode]:
     """Read every episode of every HDF5 file under ``path`` (sorted, deterministic).
+
+    Args:
+        probes: the training probes in use (``PROBE_TARGETS`` keys, those with a
+            loss weight > 0); every episode must store their targets. Targets
+            that are stored are read whether or not a probe uses them.
 
     Raises:
         DatasetError: no file, no episode, a missing camera or field, an image
             size other than ``image_hw``, a state/action of the wrong width or
-            length, or a non-finite value.
+            length, a non-finite value, a malformed probe target, or a missing
+            one a probe in ``probes`` needs (naming the file, the attribute and
+            the command that adds it).
+        ValueError: a name in ``probes`` that is not a probe.
     """
     import h5py
 
+    unknown = sorted(set(probes) - set(PROBE_TARGETS))
+    if unknown:
+        raise ValueError(f"probes = {unknown}: not a probe; known: {', '.join(PROBE_TARGETS)}")
     episodes: list[Episode] = []
-    for file in demo_files(path):
+    for file in _demo_files(path):
         with h5py.File(file, "r") as h5:
             if "data" not in h5:
                 raise DatasetError(f"{file}: group 'data' is missing")
@@ -80,11 +122,11 @@ def load_episodes(
             for name in names:
                 group = h5["data"][name]
                 where = f"{file}:data/{name}"
-                episodes.append(
-                    _read_episode(
-                        group, where, cameras, image_hw, action_dim, f"{file.name}/{name}"
-                    )
+                episode = _read_episode(
+                    group, where, cameras, image_hw, action_dim, f"{file.name}/{name}"
                 )
+                _check_targets(episode, probes, where, path)
+                episodes.append(episode)
     if not episodes:
         raise DatasetError(f"data = {str(path)!r}: no episode (data/demo_<i>) found")
     return episodes
@@ -139,41 +181,38 @@ def _read_episode(
         raise DatasetError(f"{where}: attribute instruction is missing")
     instruction = _attr_str(attrs["instruction"])
     task = _attr_str(attrs.get("task", instruction))
-    layout, goal = _scene_targets(attrs, task)
+    layout = _read_xy(attrs, "layout_xy", None, where)
+    goal = _read_xy(attrs, "goal_xy", 2, where)
     return Episode(images, state, actions, instruction, task, name, layout, goal)
 
 
-def _scene_targets(attrs: object, task: str) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Layout xy and goal xy of a tabletop-suite episode (``None`` for other data)."""
-    from vla_edge.core.errors import InitStateOutOfRangeError, UnknownTaskError
-    from vla_edge.sim.tasks import OBJECTS, get_task, init_state
+def _read_xy(attrs: object, field: str, rows: int | None, where: str) -> np.ndarray | None:
+    """A stored ``[rows, 2]`` xy target, flattened row by row (``None`` when absent)."""
+    if field not in attrs:
+        return None
+    xy = np.asarray(attrs[field], dtype=np.float32)
+    if xy.ndim != 2 or xy.shape[1] != 2 or xy.shape[0] < 1 or rows not in (None, xy.shape[0]):
+        expected = f"[{'n >= 1' if rows is None else rows}, 2]"
+        raise DatasetError(f"{where}: attribute {field} has shape {xy.shape}, expected {expected}")
+    if not np.all(np.isfinite(xy)):
+        raise DatasetError(f"{where}: attribute {field} holds non-finite values")
+    return xy.reshape(-1)
 
-    try:
-        spec = get_task(task)
-    except UnknownTaskError:
-        return None, None
-    if "scene_xy" in attrs and "scene_names" in attrs:
-        # recovery episodes: the layout where the recording starts (the hand-over)
-        names = [_attr_str(n) for n in attrs["scene_names"]]
-        rows = np.asarray(attrs["scene_xy"], dtype=np.float32)
-        if rows.shape != (len(names), 2):
-            return None, None
-        xy = dict(zip(names, rows, strict=True))
-        if any(name not in xy for name in (*OBJECTS, "target")):
-            return None, None
-    elif "init_state_id" in attrs and "split" in attrs:
-        try:
-            scene = init_state(task, int(attrs["init_state_id"]), _attr_str(attrs["split"])).scene
-        except (InitStateOutOfRangeError, ValueError):
-            return None, None
-        xy = {name: scene.positions_m[name][:2] for name in OBJECTS}
-        xy["target"] = scene.target_xy_m
-    else:
-        return None, None
-    layout = np.concatenate([xy[name] for name in (*OBJECTS, "target")]).astype(np.float32)
-    destination = xy[spec.ref] if spec.ref else xy[spec.obj]
-    goal = np.concatenate([xy[spec.obj], destination]).astype(np.float32)
-    return layout, goal
+
+def _check_targets(episode: Episode, probes: Collection[str], where: str, path: str | Path) -> None:
+    """Every probe in ``probes`` has its target in ``episode``."""
+    stored = {"layout": episode.layout_xy, "goal": episode.goal_xy}
+    missing = [probe for probe in PROBE_TARGETS if probe in probes and stored[probe] is None]
+    if not missing:
+        return
+    fields = ", ".join(PROBE_TARGETS[probe] for probe in missing)
+    weights = ", ".join(f"train.{probe}_loss_weight: 0" for probe in missing)
+    raise DatasetError(
+        f"{where}: probe target attributes missing: {fields} (probes "
+        f"{', '.join(missing)} have a loss weight > 0). Files collected before the probe "
+        f"targets were stored get them in place with '{ADD_TARGETS_COMMAND} {path}'; "
+        f"or train without those probes ({weights})"
+    )
 
 
 def split_episodes(

@@ -323,7 +323,10 @@ def train(
     out = Path(out)
     torch.set_num_threads(tcfg.num_threads)
     torch.manual_seed(tcfg.seed)
-    episodes = load_episodes(data, cfg.cameras, (cfg.image_height, cfg.image_width), cfg.action_dim)
+    in_use = [name for name, weight in probe_weights(tcfg).items() if weight > 0]
+    episodes = load_episodes(
+        data, cfg.cameras, (cfg.image_height, cfg.image_width), cfg.action_dim, probes=in_use
+    )
     train_eps, val_eps = split_episodes(episodes, tcfg.val_episode_fraction, tcfg.seed)
     train_set = ChunkSamples(train_eps, cfg.cameras, cfg.chunk_horizon)
     val_set = ChunkSamples(val_eps, cfg.cameras, cfg.chunk_horizon) if val_eps else None
