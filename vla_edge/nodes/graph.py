@@ -318,8 +318,8 @@ class QoS:
 
     def __str__(self) -> str:
         reliability = "reliable" if self.reliable else "best effort"
-        durability = "transient local" if self.transient_local else "volatile"
-        return f"{reliability}, {durability}, depth {self.depth}"
+        durability = ", transient local" if self.transient_local else ""
+        return f"{reliability}{durability}, depth {self.depth}"
 
 
 QOS_STREAM = QoS(10)  # joint states, chunks, commands, plans, diagnostics

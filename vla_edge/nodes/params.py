@@ -103,7 +103,7 @@ def field_bounds(field: FieldInfo) -> dict[str, Any]:
     }
 
 
-def constraints_text(annotation: Any, bounds: dict[str, Any]) -> str:
+def _constraints_text(annotation: Any, bounds: dict[str, Any]) -> str:
     parts = []
     if typing.get_origin(annotation) is Literal:
         parts.append("one of: " + ", ".join(str(c) for c in typing.get_args(annotation)))
@@ -130,7 +130,7 @@ def parameter_descriptor(
         name=name,
         type=ros_type,
         description=field.description or "",
-        additional_constraints=constraints_text(field.annotation, bounds),
+        additional_constraints=_constraints_text(field.annotation, bounds),
         read_only=read_only,
     )
     has_bound = any(key in bounds for key in ("ge", "gt", "le", "lt"))

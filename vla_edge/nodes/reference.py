@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from vla_edge.config.loader import load_yaml_file
 from vla_edge.config.models import (
@@ -28,7 +29,7 @@ from vla_edge.config.models import (
 )
 from vla_edge.config.paths import share_dir
 from vla_edge.nodes import graph as g
-from vla_edge.nodes.params import constraints_text, field_bounds
+from vla_edge.nodes.params import field_bounds
 
 # node name -> (config model, shipped parameter file)
 NODE_CONFIGS: dict[str, tuple[type[BaseModel], str]] = {
@@ -65,27 +66,51 @@ def _value_text(value: Any) -> str:
         return "[" + ", ".join(_value_text(v) for v in value) + "]"
     if isinstance(value, str):
         return f'"{value}"'
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return str(value).lower() if isinstance(value, bool) else _number(value)
+
+
+def _text(value: str) -> str:
+    """Plain text for a table cell (``<name>`` would vanish as an HTML tag)."""
+    return value.replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _bounds_text(field: FieldInfo) -> str:
+    """The field's bounds as an interval (``(0, 2000]``), its choices, or its minimum length."""
+    if typing.get_origin(field.annotation) is Literal:
+        return " \\| ".join(str(c) for c in typing.get_args(field.annotation))
+    bounds = field_bounds(field)
+    if "min_length" in bounds:
+        return f"≥ {bounds['min_length']} entries"
+    low = next((k for k in ("ge", "gt") if k in bounds), None)
+    high = next((k for k in ("le", "lt") if k in bounds), None)
+    if low is None and high is None:
+        return "–"
+    left = "(−∞" if low is None else ("[" if low == "ge" else "(") + _number(bounds[low])
+    right = "∞)" if high is None else _number(bounds[high]) + ("]" if high == "le" else ")")
+    return f"{left}, {right}"
 
 
 def parameters_table(node: str) -> str:
-    """Every parameter of ``node``: type, the shipped file's value, bounds, meaning."""
+    """Every parameter of ``node``: type, bounds, the shipped file's value, meaning."""
     model, path = NODE_CONFIGS[node]
     shipped = load_yaml_file(share_dir() / path).get(node, {}).get("ros__parameters", {})
     rows = []
     for name, field in model.model_fields.items():
         value = shipped.get(name, field.get_default(call_default_factory=True))
-        bounds = constraints_text(field.annotation, field_bounds(field))
         rows.append(
             [
                 f"`{name}`",
                 _type_text(field.annotation),
+                _bounds_text(field),
                 f"`{_value_text(value)}`",
-                bounds.replace("|", "\\|") or "–",
-                field.description or "",
+                _text(field.description or ""),
             ]
         )
-    return _table(["parameter", "type", f"value in `{path}`", "bounds", "meaning"], rows)
+    return _table(["parameter", "type", "bounds", f"`{path}`", "meaning"], rows)
 
 
 def ports_table(node: str) -> str:
@@ -94,7 +119,8 @@ def ports_table(node: str) -> str:
     for port in (p for p in g.PORTS if p.node == node):
         meaning = port.meaning + (f" (only with {port.when})" if port.when else "")
         qos = "–" if port.qos is None else str(port.qos)
-        rows.append([port.role, f"`{port.name}`", f"`{port.type}`", qos, meaning])
+        kind = port.type.replace("/msg/", "/").replace("/srv/", "/")
+        rows.append([port.role, f"`{port.name}`", f"`{kind}`", qos, _text(meaning)])
     return _table(["", "name", "type", "QoS", "meaning"], rows)
 
 
