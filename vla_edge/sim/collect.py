@@ -43,9 +43,9 @@ from tqdm import tqdm
 from vla_edge.core.errors import ConfigError, DatasetError, UnknownTaskError
 from vla_edge.core.types import Observation
 from vla_edge.runners.base import Runner
-from vla_edge.runners.expert import ExpertRunner
 from vla_edge.sim.dataset import add_targets, write_targets
 from vla_edge.sim.env import CAMERAS, TabletopEnv
+from vla_edge.sim.expert_runner import ExpertRunner
 from vla_edge.sim.perturb import ExecutionPerturbation, segment_gate
 from vla_edge.sim.probe_targets import episode_targets
 from vla_edge.sim.tasks import SUITE, Split, get_task, list_tasks
