@@ -33,6 +33,10 @@ from vla_edge.core.errors import (
 )
 from vla_edge.core.types import ActionChunk, JointCommand
 
+# Slack in grid steps (not seconds) when counting the buffered steps left: a buffer
+# that ends on the grid, up to rounding, keeps its last step.
+STEP_COUNT_SLACK = 1e-9
+
 _REJECTION_REASONS = tuple(
     cls.reason
     for cls in (
@@ -263,7 +267,7 @@ class Controller:
         if self.buffer.is_empty or self.buffer.end_s <= now_s:
             return None
         dt_s = self.config.dt_action_s
-        n = int(np.floor((self.buffer.end_s - now_s) / dt_s + 1e-9)) + 1
+        n = int(np.floor((self.buffer.end_s - now_s) / dt_s + STEP_COUNT_SLACK)) + 1
         positions = np.empty((n, len(self.joint_names)))
         for i in range(n):
             positions[i], _ = self.buffer.sample(now_s + i * dt_s)

@@ -13,6 +13,13 @@ from __future__ import annotations
 
 import math
 
+TIME_EPS_S = 1e-9
+"""Slack when comparing two times on the same grid (a tick, a deadline, a chunk step).
+
+Times built by adding periods pick up rounding; a comparison with this slack
+counts a time that is equal up to rounding as reached.
+"""
+
 # Below this a backward reading is taken as the same instant (two threads reading the
 # clock just before taking the same lock); a real step is far larger.
 BACKWARD_TOLERANCE_S = 1e-3

@@ -46,6 +46,7 @@ from vla_edge.config.models import (
 from vla_edge.control.controller import Controller
 from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
+from vla_edge.core.clock import TIME_EPS_S
 from vla_edge.core.errors import ChunkRejectedError
 from vla_edge.core.stop import StopCategory
 from vla_edge.core.types import ActionChunk, JointCommand, Observation
@@ -57,8 +58,6 @@ from vla_edge.inference.prefix import prefix_from_plan
 from vla_edge.runners.base import Runner, start_noise
 
 DEAD = -1  # watchdog severity recorded while the controller process is dead
-# Slack when comparing an episode time with a deadline on the same grid.
-TIME_EPS_S = 1e-9
 
 
 class _SystemClock:

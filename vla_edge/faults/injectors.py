@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_edge.core.clock import TIME_EPS_S
 from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.faults.scenario import (
@@ -50,6 +51,7 @@ from vla_edge.faults.scenario import (
 )
 
 PROCESSES = ("sim", "inference", "controller", "safety")
+MIN_WALL_S = 1e-9  # division guard: a reference inference timed at 0 s
 
 
 class Injector:
@@ -120,7 +122,7 @@ class CameraDelay(Injector):
                 release_s = max(release_s, self._queue[-1][0])
             self._queue.append((release_s, frame))
             frame = None
-        while self._queue and self._queue[0][0] <= t_s + 1e-9:
+        while self._queue and self._queue[0][0] <= t_s + TIME_EPS_S:
             out.append(self._queue.popleft()[1])
         if frame is not None:
             out.append(frame)
@@ -276,7 +278,9 @@ class CpuAffinityCap(Injector):
         """Median capped / median reference wall time (>= 1; 1 until both are known)."""
         if not self._reference_wall_s or not self._capped_wall_s:
             return 1.0
-        ratio = float(np.median(self._capped_wall_s) / max(np.median(self._reference_wall_s), 1e-9))
+        ratio = float(
+            np.median(self._capped_wall_s) / max(np.median(self._reference_wall_s), MIN_WALL_S)
+        )
         return max(1.0, ratio)
 
     def inference_delay_s(self, base_delay_s: float, t_s: float) -> float:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.config.models import SafetyConfig
+from vla_edge.core.clock import TIME_EPS_S
 from vla_edge.core.stop import StopCategory
 from vla_edge.faults.harness import Trace
 
@@ -106,8 +107,8 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
     t = a["t_s"]
     dt = trace.dt_s
     n = len(t)
-    start = int(np.searchsorted(t, s.start_s - 1e-9))
-    end = n if s.end_s is None else int(np.searchsorted(t, s.end_s - 1e-9))
+    start = int(np.searchsorted(t, s.start_s - TIME_EPS_S))
+    end = n if s.end_s is None else int(np.searchsorted(t, s.end_s - TIME_EPS_S))
     severity = observed_severity(a)
 
     # detection
@@ -187,7 +188,7 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
     time_to_recover_ms: float | None = None
     if s.end_s is not None:
         stop_i = min(
-            n, int(np.searchsorted(t, s.end_s + exp.recover_within_s + state_slack_s + 1e-9))
+            n, int(np.searchsorted(t, s.end_s + exp.recover_within_s + state_slack_s + TIME_EPS_S))
         )
         accepted_at_end = a["accepted"][end - 1] if end > 0 else 0
         ok = (

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from vla_edge.core.clock import TIME_EPS_S
 from vla_edge.core.errors import JointMismatchError
 from vla_edge.core.types import ActionChunk
 
@@ -69,8 +70,8 @@ def prefix_from_plan(
     for j in range(positions.shape[1]):
         prefix[:, j] = np.interp(times_s, plan_times_s, positions[:, j])
     due_s = now_s + max(expected_delay_s, 0.0)
-    inside = times_s <= plan_times_s[-1] + 1e-9
-    due = times_s <= due_s + 1e-9
+    inside = times_s <= plan_times_s[-1] + TIME_EPS_S
+    due = times_s <= due_s + TIME_EPS_S
     binding = inside & due
     prefix_len = int(np.argmin(binding)) if not np.all(binding) else horizon
     prefix_len = min(prefix_len, horizon - 1)  # the runners need 0 <= prefix_len < H

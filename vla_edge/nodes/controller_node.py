@@ -37,6 +37,7 @@ from vla_edge.core.errors import ChunkRejectedError, InvalidObservationError
 from vla_edge.core.stop import StopCategory
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
+    S_PER_NS,
     chunk_to_trajectory,
     diagnostic_array,
     joint_state_to_positions,
@@ -103,7 +104,7 @@ class ControllerNode(Node):
         )
 
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
+        return self.get_clock().now().nanoseconds * S_PER_NS
 
     # --- inputs ---------------------------------------------------------------------------
 

@@ -98,10 +98,13 @@ MAX_INSTRUCTION_CHARS = 1000
 
 # --------------------------------------------------------------------------- time
 
+S_PER_NS = 1e-9
+"""Seconds per nanosecond (ROS times and durations count ``sec`` + ``nanosec``)."""
+
 
 def stamp_to_s(stamp: Time) -> float:
     """``builtin_interfaces/Time`` -> float seconds."""
-    return float(stamp.sec) + 1e-9 * float(stamp.nanosec)
+    return float(stamp.sec) + S_PER_NS * float(stamp.nanosec)
 
 
 def checked_stamp_s(stamp: Time, now_s: float, max_future_s: float) -> float:
@@ -135,7 +138,7 @@ def s_to_stamp(t_s: float) -> Time:
 
 def duration_to_s(duration: Duration) -> float:
     """``builtin_interfaces/Duration`` -> float seconds."""
-    return float(duration.sec) + 1e-9 * float(duration.nanosec)
+    return float(duration.sec) + S_PER_NS * float(duration.nanosec)
 
 
 def s_to_duration(t_s: float) -> Duration:

@@ -58,6 +58,7 @@ from vla_edge.faults.scenario import (
 )
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
+    S_PER_NS,
     array_to_image,
     chunk_to_trajectory,
     diagnostic_array,
@@ -147,7 +148,7 @@ class FaultInjectorNode(Node):
         return load_scenario(faults_dir() / f"{value}.yaml")
 
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
+        return self.get_clock().now().nanoseconds * S_PER_NS
 
     @property
     def armed_at_s(self) -> float | None:

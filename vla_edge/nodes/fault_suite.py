@@ -42,6 +42,7 @@ from vla_edge.faults.scenario import CHUNK_FAULTS, FaultScenario, camera_names
 from vla_edge.faults.suite import summarize
 from vla_edge.inference.camera_health import CAMERA_FAULT_CONDITIONS
 from vla_edge.nodes import graph as g
+from vla_edge.nodes.conversions import S_PER_NS
 from vla_edge.nodes.graph import NodeSpec
 from vla_edge.nodes.process_group import stop_all
 
@@ -223,7 +224,7 @@ class Recorder:
 
     def now_s(self) -> float:
         """System-clock seconds (the graph's clock)."""
-        return self.node.get_clock().now().nanoseconds * 1e-9
+        return self.node.get_clock().now().nanoseconds * S_PER_NS
 
     def _stream(self, out: list[tuple[float, np.ndarray]]) -> Callable[[Any], None]:
         def callback(msg: Any) -> None:

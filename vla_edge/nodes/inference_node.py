@@ -47,6 +47,7 @@ from vla_edge.inference.observation_slot import (
 from vla_edge.inference.prefix import check_plan_joints, prefix_from_plan
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
+    S_PER_NS,
     checked_stamp_s,
     chunk_to_trajectory,
     diagnostic_array,
@@ -144,7 +145,7 @@ class InferenceNode(Node):
         )
 
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
+        return self.get_clock().now().nanoseconds * S_PER_NS
 
     def _make_runner(self) -> Runner:
         """The configured runner; the expert gets a shadow scene of the simulator."""

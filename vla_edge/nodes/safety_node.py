@@ -44,6 +44,8 @@ from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.params import declare_config
 from vla_edge.safety.supervisor import SafetySupervisor
 
+_S_PER_NS = 1e-9  # nodes.conversions.S_PER_NS, local like the other message helpers
+
 DIAGNOSTIC_NAME = "vla_edge/safety"
 DIAGNOSTICS_PERIOD_S = 1.0
 _LEVELS = (
@@ -95,7 +97,7 @@ class SafetyNode(Node):
         )
 
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
+        return self.get_clock().now().nanoseconds * _S_PER_NS
 
     def _bad(self, cause: str, message: str) -> None:
         """Count bad input; log each cause once."""

@@ -36,9 +36,11 @@ from std_msgs.msg import Bool, Float64MultiArray, String
 from std_srvs.srv import Trigger
 
 from vla_edge.config.models import SimConfig
+from vla_edge.core.clock import TIME_EPS_S
 from vla_edge.core.errors import CommandJointMismatchError, ConfigError, VlaEdgeError
 from vla_edge.nodes import graph
 from vla_edge.nodes.conversions import (
+    S_PER_NS,
     array_to_image,
     diagnostic_array,
     multiarray_to_positions,
@@ -167,7 +169,7 @@ class SimNode(Node):
         )
 
     def _now_s(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
+        return self.get_clock().now().nanoseconds * S_PER_NS
 
     # --- episode --------------------------------------------------------------------------
 
@@ -289,12 +291,12 @@ class SimNode(Node):
         now_s = self._now_s()
         sim_s = self.steps * self.control_dt_s
         if sim_s >= self._next_joint_state_s:
-            self._next_joint_state_s = sim_s + 1.0 / self.config.joint_state_rate_hz - 1e-9
+            self._next_joint_state_s = sim_s + 1.0 / self.config.joint_state_rate_hz - TIME_EPS_S
             self.joint_pub.publish(
                 positions_to_joint_state(self.joint_names, self.env.state(), now_s)
             )
         if sim_s >= self._next_frame_s:
-            self._next_frame_s = sim_s + 1.0 / self.config.publish_rate_hz - 1e-9
+            self._next_frame_s = sim_s + 1.0 / self.config.publish_rate_hz - TIME_EPS_S
             self._publish_frame(now_s)
 
     def _publish_frame(self, stamp_s: float) -> None:

@@ -34,6 +34,7 @@ import numpy as np
 
 from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
 from vla_edge.control.controller import Controller
+from vla_edge.core.clock import TIME_EPS_S
 from vla_edge.core.errors import ChunkRejectedError, ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.inference.prefix import prefix_from_plan
@@ -181,7 +182,7 @@ def run_episode(
         safety.on_joint_state(state, now)
 
         # 1. deliver a chunk whose (virtual) inference has finished
-        if pending is not None and now + 1e-9 >= pending[0]:
+        if pending is not None and now + TIME_EPS_S >= pending[0]:
             chunk = pending[1]
             pending = None
             if settings.scheme == "sync":

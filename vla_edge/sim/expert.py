@@ -32,6 +32,7 @@ from vla_edge.sim.tasks import (
 
 SPEED_M_PER_S = 0.12
 YAW_RATE_RAD_PER_S = 0.4
+MIN_SPAN_S = 1e-9  # division guard: a segment of zero duration is complete at once
 BRISK_MIN_S = 0.1  # shortest first move of a take-over (one action step)
 TAKE_OVER_XY_TOL_M = 0.01  # a taken-over hand this close above its approach point goes on down
 PRE_GRASP_Z_M = 0.10
@@ -82,7 +83,7 @@ class Segment:
         by the interpolated ``tilt0_rad`` -> ``tilt1_rad`` (world-frame rotation
         vectors), so a plan can start from a hand that does not point straight down.
         """
-        span = max(self.t1_s - self.t0_s, 1e-9)
+        span = max(self.t1_s - self.t0_s, MIN_SPAN_S)
         s = float(np.clip((t_s - self.t0_s) / span, 0.0, 1.0))
         a = s * s * s * (10.0 - 15.0 * s + 6.0 * s * s)
         pos = self.pos0_m + a * (self.pos1_m - self.pos0_m)
@@ -226,7 +227,7 @@ class ScriptedExpert:
         """Label of the plan segment active at ``t_s`` and the progress through it in [0, 1]."""
         segments = self.plan()
         seg = next((seg for seg in segments if t_s < seg.t1_s), segments[-1])
-        span = max(seg.t1_s - seg.t0_s, 1e-9)
+        span = max(seg.t1_s - seg.t0_s, MIN_SPAN_S)
         return seg.label, float(np.clip((t_s - seg.t0_s) / span, 0.0, 1.0))
 
     def _grasp(self, task: Task, scene: SceneState, start_yaw: float) -> tuple[np.ndarray, float]:
