@@ -13,7 +13,7 @@ export PYOPENGL_PLATFORM ?= egl
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_DOMAIN_ID
 
-.PHONY: install test demo lint format bench clean
+.PHONY: install test test-fast demo lint format bench clean
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ $(STAMP): requirements.txt requirements-nodeps.txt setup.py
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q test
+
+# The suite without the slow tier (training, long evaluations, real processes):
+# what a developer runs between changes; `make test` (CI) runs everything.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not ros" test
 
 demo: $(STAMP)
 	$(BIN)/vla-edge demo

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from vla_edge.core.errors import CheckpointError, ConfigError
+from vla_edge.core.errors import CheckpointError
 from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, load_train_file
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
 from vla_edge.policy.model import (
@@ -340,12 +340,9 @@ def train(
     )
 
     policy = VlaPolicy(cfg, stats)
+    # TrainConfig refuses a probe warm-up without a probe in use, and the loader a
+    # probe in use without its targets, so a warm-up always has probes here.
     probes = make_probes(cfg, train_set, tcfg)
-    if tcfg.probe_warmup_steps and not probes:
-        raise ConfigError(
-            f"train.probe_warmup_steps = {tcfg.probe_warmup_steps}: no episode in {data} "
-            "has the recorded init state the probes are fitted to"
-        )
     weights = probe_weights(tcfg)
     params = list(policy.parameters()) + [p for m in probes.values() for p in m.parameters()]
     optimizer = torch.optim.AdamW(params, lr=tcfg.learning_rate, weight_decay=tcfg.weight_decay)
