@@ -22,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_edge.config.models import DEFAULT_DT_ACTION_S
 from vla_edge.sim.env import TabletopEnv
 from vla_edge.sim.tasks import get_task, list_tasks
-
-DT_ACTION_S = 0.1
 
 
 def _summary(values_ms: list[float]) -> dict[str, float]:
@@ -44,7 +43,7 @@ def measure(side_px: int, task: str, policy_steps: int, warmup_steps: int = 3) -
 
     env = TabletopEnv(image_height=side_px, image_width=side_px)
     runner = ExpertRunner(env)
-    ticks = int(round(DT_ACTION_S / env.control_dt_s))
+    ticks = int(round(DEFAULT_DT_ACTION_S / env.control_dt_s))
     step_ms: list[float] = []
     render_ms: list[float] = []
     total_ms: list[float] = []
@@ -111,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{side}x{side}: step+render p50 {per_size['step_render_ms']['p50']:.2f} ms "
             f"(physics {per_size['step_ms']['p50']:.2f} ms, render "
-            f"{per_size['render_ms']['p50']:.2f} ms, 2 cameras) per {DT_ACTION_S} s policy step"
+            f"{per_size['render_ms']['p50']:.2f} ms, 2 cameras) "
+            f"per {DEFAULT_DT_ACTION_S} s policy step"
         )
     result["settings"] = {
         "task": args.task,

@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 DEFAULT_JOINT_NAMES = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper"]
 
+DEFAULT_DT_ACTION_S = 0.1
+"""Default time between two steps of an action chunk [s] (10 Hz policy steps):
+the bundled policy, the demonstrations and the scripted expert use it."""
+
 MergeName = Literal["replace", "weighted", "ensemble", "prefix"]
 
 
@@ -31,7 +35,10 @@ class ControllerConfig(_Strict):
         100.0, gt=0.0, le=2000.0, description="control loop rate: commands per second [Hz]"
     )
     dt_action_s: float = Field(
-        0.1, gt=0.0, le=1.0, description="time between two steps of an action chunk [s]"
+        DEFAULT_DT_ACTION_S,
+        gt=0.0,
+        le=1.0,
+        description="time between two steps of an action chunk [s]",
     )
     chunk_horizon: int = Field(10, ge=1, le=512, description="steps H of an action chunk [steps]")
     max_chunk_age_s: float = Field(
@@ -411,7 +418,10 @@ class FaultInjectorParams(BaseModel):
         "", description="safety parameter file with the joint limits, '': config/safety.yaml"
     )
     dt_action_s: float = Field(
-        0.1, gt=0.0, le=1.0, description="time between two steps of an action chunk [s]"
+        DEFAULT_DT_ACTION_S,
+        gt=0.0,
+        le=1.0,
+        description="time between two steps of an action chunk [s]",
     )
     poll_rate_hz: float = Field(
         100.0,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from vla_edge.config.loader import load_yaml_file, validate_params
-from vla_edge.config.models import DEFAULT_JOINT_NAMES, MAX_FLOW_STEPS
+from vla_edge.config.models import DEFAULT_DT_ACTION_S, DEFAULT_JOINT_NAMES, MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError, RemovedFeatureError
 
 LANGUAGE_DIM = 384
@@ -41,7 +41,7 @@ class PolicyConfig(_Strict):
     image_height: int = Field(64, ge=16, le=1024)
     image_width: int = Field(64, ge=16, le=1024)
     chunk_horizon: int = Field(10, ge=1, le=256)
-    dt_action_s: float = Field(0.1, gt=0.0, le=1.0)
+    dt_action_s: float = Field(DEFAULT_DT_ACTION_S, gt=0.0, le=1.0)
     flow_steps: int = Field(10, ge=1, le=MAX_FLOW_STEPS)
     max_prefix_len: int = Field(4, ge=0, le=255)
     delta_actions: list[bool] = Field(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import mujoco
 import numpy as np
 
+from vla_edge.config.models import DEFAULT_DT_ACTION_S
 from vla_edge.sim.env import TabletopEnv
 from vla_edge.sim.ik import ArmIK, quat_error, yaw_down_quat
 from vla_edge.sim.tasks import (
@@ -138,7 +139,9 @@ class ScriptedExpert:
         horizon: number of targets per call.
     """
 
-    def __init__(self, env: TabletopEnv, dt_action_s: float = 0.1, horizon: int = 10) -> None:
+    def __init__(
+        self, env: TabletopEnv, dt_action_s: float = DEFAULT_DT_ACTION_S, horizon: int = 10
+    ) -> None:
         self.env = env
         self.dt_action_s = float(dt_action_s)
         self.horizon = int(horizon)

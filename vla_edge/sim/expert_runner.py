@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from vla_edge.config.models import DEFAULT_DT_ACTION_S
 from vla_edge.core.errors import InvalidObservationError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
@@ -30,7 +31,12 @@ class ExpertRunner:
         chunk_horizon: ``H``.
     """
 
-    def __init__(self, env: TabletopEnv, dt_action_s: float = 0.1, chunk_horizon: int = 10) -> None:
+    def __init__(
+        self,
+        env: TabletopEnv,
+        dt_action_s: float = DEFAULT_DT_ACTION_S,
+        chunk_horizon: int = 10,
+    ) -> None:
         self.env = env
         self.expert = ScriptedExpert(env, dt_action_s=dt_action_s, horizon=chunk_horizon)
         self.spec = RunnerSpec(

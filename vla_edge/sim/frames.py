@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_edge.config.models import DEFAULT_DT_ACTION_S
 from vla_edge.core.types import Observation
 from vla_edge.sim.tasks import Split
 
 EXPERT_STEPS_PER_SAMPLE = 4
-"""Action steps (0.1 s each) the expert drives between two kept observations."""
+"""Action steps (``DEFAULT_DT_ACTION_S`` each) the expert drives between two kept observations."""
 
 
 def expert_observations(
@@ -41,7 +42,7 @@ def expert_observations(
     expert = ExpertRunner(env, chunk_horizon=horizon)
     tasks = list_tasks()
     per_task = max(1, -(-count // len(tasks)))
-    substeps = int(round(0.1 / env.control_dt_s))
+    substeps = int(round(DEFAULT_DT_ACTION_S / env.control_dt_s))
     out: list[tuple[Observation, np.ndarray]] = []
     try:
         for t, task in enumerate(tasks):
@@ -73,7 +74,7 @@ def recorded_observations(
         e, k = steps[int(i)]
         ep = episodes[e]
         obs = Observation(
-            stamp_s=0.1 * k,
+            stamp_s=DEFAULT_DT_ACTION_S * k,
             images={cam: ep.images[cam][k] for cam in cameras},
             state=ep.state[k].astype(np.float64),
             instruction=ep.instruction,

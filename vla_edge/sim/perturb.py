@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from vla_edge.config.models import DEFAULT_DT_ACTION_S
 from vla_edge.core.errors import ConfigError
 
 DEFAULT_STD_RAD = (0.03, 0.03, 0.03, 0.01, 0.03, 0.2)
@@ -77,7 +78,9 @@ class ExecutionPerturbation:
         ConfigError: a scale outside ``[0, MAX_SCALE]`` or a non-positive time.
     """
 
-    def __init__(self, scale: float, rng: np.random.Generator, dt_action_s: float = 0.1) -> None:
+    def __init__(
+        self, scale: float, rng: np.random.Generator, dt_action_s: float = DEFAULT_DT_ACTION_S
+    ) -> None:
         if not 0.0 <= scale <= MAX_SCALE:
             raise ConfigError(f"perturbation scale = {scale}: expected 0 <= scale <= {MAX_SCALE}")
         if not dt_action_s > 0.0:
