@@ -9,10 +9,9 @@ from policy_synthetic import tiny_config, write_dataset
 
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.executorch_export import export_stage_executorch, quantize_convs_int8
-from vla_edge.export.pipeline import calibration_images
 from vla_edge.export.stages import policy_stages
 from vla_edge.policy.model import VlaPolicy
-from vla_edge.sim.frames import expert_observations
+from vla_edge.sim.frames import calibration_images, expert_observations
 
 torch.set_num_threads(1)
 
@@ -94,3 +93,12 @@ def test_missing_calibration_data_is_refused_before_any_export(tmp_path: Path) -
             policy, tmp_path / "out", "executorch", "8da4w", calibration_data=tmp_path / "none"
         )
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_8da4w_without_a_calibration_source_is_refused_before_any_export(tmp_path: Path) -> None:
+    from vla_edge.export.pipeline import export_policy
+
+    policy = VlaPolicy(tiny_config(vision_keypoints=4))
+    with pytest.raises(ConfigError, match="calibration_source = None.*calibration_frames = 0"):
+        export_policy(policy, tmp_path / "out", "executorch", "8da4w")
+    assert not (tmp_path / "out").exists()

@@ -215,6 +215,7 @@ def prepare_exports(
     language program is copied instead of exported again; it is updated.
     """
     from vla_edge.export.pipeline import export_policy
+    from vla_edge.sim.frames import calibration_images
 
     dirs: dict[str, Path] = {}
     for backend, quant in EXPORTS:
@@ -232,6 +233,7 @@ def prepare_exports(
                 checkpoint=checkpoint,
                 # a stale export of the same model may still hold a usable language program
                 reuse_language_from=language_from.get(name, folder if folder.is_dir() else None),
+                calibration_source=calibration_images,
                 log=log,
             )
         language_from.setdefault(name, folder)

@@ -204,8 +204,16 @@ def run_parity(args: argparse.Namespace) -> dict[str, Any]:
                 report["skipped"][name] = f"no export at {folder}"
                 continue
             from vla_edge.export.pipeline import export_policy
+            from vla_edge.sim.frames import calibration_images
 
-            export_policy(policy, folder, backend, quant, checkpoint=ckpt)
+            export_policy(
+                policy,
+                folder,
+                backend,
+                quant,
+                checkpoint=ckpt,
+                calibration_source=calibration_images,
+            )
         runner = make_runner(str(folder), threads=args.threads)
         chunks, ms = _run_all(runner, cases)
         runner.close()

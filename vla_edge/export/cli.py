@@ -5,6 +5,10 @@
 ``--checkpoint bundled`` names the shipped model. ``--untrained-config YAML``
 exports freshly initialised weights of a model config instead (for timing at
 other input sizes; the manifest records ``source.trained = false``).
+
+A command front end, so it may reach every layer: it hands the export the
+policy path of :mod:`vla_edge.runners.factory` and the calibration frames of
+:mod:`vla_edge.sim.frames`, which the export layer itself does not import.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from vla_edge.export.pipeline import CALIBRATION_FRAMES, export_policy
     from vla_edge.policy.model import VlaPolicy, load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path
+    from vla_edge.sim.frames import calibration_images
 
     torch.set_num_threads(max(1, int(args.threads)))
     try:
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             language_backend=args.language_backend,
             reuse_language_from=args.reuse_language_from,
             calibration_data=args.calibration_data,
+            calibration_source=calibration_images,
             calibration_frames=(
                 CALIBRATION_FRAMES if args.calibration_frames is None else args.calibration_frames
             ),

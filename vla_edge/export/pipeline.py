@@ -53,6 +53,11 @@ embeddings.
 CALIBRATION_FRAMES = 24
 """Observations (every camera of each) that calibrate the int8 convolutions of an 8da4w export."""
 
+CalibrationSource = Callable[[VlaPolicy, int, Path | None], list[tuple[torch.Tensor]]]
+"""``(policy, frames, data) -> frames`` vision-encoder inputs: where an 8da4w export's
+calibration frames come from (the tabletop or recorded demonstrations:
+:func:`vla_edge.sim.frames.calibration_images`; the export does not render them)."""
+
 VERSION_PACKAGES = (
     "torch",
     "executorch",
@@ -101,30 +106,6 @@ def _run_program(backend: str, path: Path, inputs: tuple[torch.Tensor, ...]) -> 
 
     module = _load_for_executorch(str(path))
     return module.forward([t.contiguous() for t in inputs])[0].numpy()
-
-
-def calibration_images(
-    policy: VlaPolicy, frames: int, data: Path | None = None
-) -> list[tuple[torch.Tensor]]:
-    """``frames`` vision-encoder inputs, each holding every camera of one observation.
-
-    From recorded demonstrations (``data``: HDF5 file or folder, spread evenly
-    over its episodes) when given — the choice for a real camera — else
-    rendered from the tabletop while the expert works, from training-split
-    init states (the demonstrations' distribution), never the evaluation's.
-    """
-    from vla_edge.runners.preprocess import images_to_nchw
-    from vla_edge.sim.frames import expert_observations, recorded_observations
-
-    cfg = policy.config
-    hw = (cfg.image_height, cfg.image_width)
-    if data is not None:
-        samples = recorded_observations(data, list(cfg.cameras), hw, cfg.action_dim, frames)
-    else:
-        samples = expert_observations(list(cfg.cameras), hw, cfg.chunk_horizon, frames, "train")
-    return [
-        (torch.from_numpy(images_to_nchw(obs.images, tuple(cfg.cameras))),) for obs, _ in samples
-    ]
 
 
 def _export_stage(
@@ -205,6 +186,7 @@ def export_policy(
     reuse_language_from: Path | None = None,
     calibration_frames: int = CALIBRATION_FRAMES,
     calibration_data: Path | None = None,
+    calibration_source: CalibrationSource | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Export every stage of ``policy`` to ``out_dir`` and write the manifest.
@@ -223,14 +205,17 @@ def export_policy(
         calibration_frames: 8da4w only: frames that calibrate the int8
             convolutions (0 keeps them fp32).
         calibration_data: demonstrations to take those frames from (default:
-            render them from the tabletop).
+            render them from the tabletop); passed to ``calibration_source``.
+        calibration_source: builds those frames; needed for 8da4w unless
+            ``calibration_frames`` is 0.
         log: progress printer.
 
     Returns:
         The manifest's data.
 
     Raises:
-        ConfigError: unknown backend or quantisation, or 8da4w on ONNX.
+        ConfigError: unknown backend or quantisation, 8da4w on ONNX, or 8da4w
+            calibration without its source or data.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
@@ -245,6 +230,12 @@ def export_policy(
         raise ConfigError(f"calibration_frames = {calibration_frames}, expected >= 0")
     if calibration_data is not None and not Path(calibration_data).exists():
         raise ConfigError(f"calibration_data = {str(calibration_data)!r}: no such file or folder")
+    if quant == "8da4w" and calibration_frames and calibration_source is None:
+        raise ConfigError(
+            f"calibration_source = None with quant = '8da4w' and calibration_frames = "
+            f"{calibration_frames}: pass vla_edge.sim.frames.calibration_images (or another "
+            "source of frames), or calibration_frames = 0 to keep the convolutions fp32"
+        )
     language_quant = quant if language_backend == "executorch" else "fp32"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -269,7 +260,7 @@ def export_policy(
         stage_quant = language_quant if stage.name == "language_encoder" else quant
         calibration = None
         if stage.name == "vision_encoder" and stage_quant == "8da4w" and calibration_frames:
-            calibration = calibration_images(policy, calibration_frames, calibration_data)
+            calibration = calibration_source(policy, calibration_frames, calibration_data)
         entry = _export_stage(stage, stage_backend, stage_quant, out_dir, calibration)
         stages_data[stage.name] = entry
         line = (

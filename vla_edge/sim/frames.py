@@ -4,18 +4,26 @@
   task — the parity benchmark's default inputs (evaluation init states) and
   the int8 calibration of the exported convolutions (training init states,
   like the demonstrations);
-* :func:`recorded_observations`: taken from recorded demonstrations (HDF5).
+* :func:`recorded_observations`: taken from recorded demonstrations (HDF5);
+* :func:`calibration_images`: either, as the vision encoder's input tensors
+  (what ``export_policy`` takes as its ``calibration_source``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vla_edge.config.models import DEFAULT_DT_ACTION_S
 from vla_edge.core.types import Observation
 from vla_edge.sim.tasks import Split
+
+if TYPE_CHECKING:
+    import torch
+
+    from vla_edge.policy.model import VlaPolicy
 
 EXPERT_STEPS_PER_SAMPLE = 4
 """Action steps (``DEFAULT_DT_ACTION_S`` each) the expert drives between two kept observations."""
@@ -81,3 +89,28 @@ def recorded_observations(
         )
         out.append((obs, ep.actions[k:].astype(np.float64)))
     return out
+
+
+def calibration_images(
+    policy: VlaPolicy, frames: int, data: Path | None = None
+) -> list[tuple[torch.Tensor]]:
+    """``frames`` vision-encoder inputs, each holding every camera of one observation.
+
+    From recorded demonstrations (``data``: HDF5 file or folder, spread evenly
+    over its episodes) when given — the choice for a real camera — else
+    rendered from the tabletop while the expert works, from training-split
+    init states (the demonstrations' distribution), never the evaluation's.
+    """
+    import torch
+
+    from vla_edge.runners.preprocess import images_to_nchw
+
+    cfg = policy.config
+    hw = (cfg.image_height, cfg.image_width)
+    if data is not None:
+        samples = recorded_observations(data, list(cfg.cameras), hw, cfg.action_dim, frames)
+    else:
+        samples = expert_observations(list(cfg.cameras), hw, cfg.chunk_horizon, frames, "train")
+    return [
+        (torch.from_numpy(images_to_nchw(obs.images, tuple(cfg.cameras))),) for obs, _ in samples
+    ]
