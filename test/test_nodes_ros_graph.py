@@ -25,8 +25,8 @@ from ros_test_domain import DomainLease
 from vla_edge.config import load_node_params
 from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.nodes import graph as g
+from vla_edge.nodes.graph import DIAGNOSTICS_PERIOD_S
 from vla_edge.nodes.launch_cli import GraphProcesses, overrides_for
-from vla_edge.nodes.safety_node import DIAGNOSTICS_PERIOD_S
 
 pytestmark = pytest.mark.ros
 

@@ -51,7 +51,6 @@ from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
 from vla_edge.nodes.params import declare_config
 
-DIAGNOSTICS_PERIOD_S = 1.0
 DIAGNOSTIC_NAME = "vla_edge/controller"
 # How long shutdown waits for the control loop to finish its tick.
 LOOP_STOP_TIMEOUT_S = 2.0
@@ -87,7 +86,7 @@ class ControllerNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, graph.TOPIC_DIAGNOSTICS, 10)
         self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(JointTrajectory, graph.TOPIC_ACTION_CHUNK, self._on_chunk, qos)
-        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, graph.DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         # callbacks and DDS threads one step below the loop, so input is never starved
         self.process_scheduler = try_realtime_process(max(0, self.config.realtime_priority - 1))
         self.loop = FixedRateLoop(

@@ -54,7 +54,6 @@ FAULT_INJECTOR_NODE = NodeSpec(
 )
 # The injector's private ``~/arm``, as the recorder (same namespace) names it.
 SERVICE_FAULT_INJECTOR_ARM = g.private_in_namespace(FAULT_INJECTOR_NODE.name, g.PRIVATE_ARM)
-DIAGNOSTICS_PERIOD_S = 1.0  # the nodes' /diagnostics period: the state sampling slack
 ARM_TIMEOUT_S = 90.0
 CRASH_TARGETS = {"inference_crash": "inference_node", "controller_crash": "controller_node"}
 CPU_CAP_TARGET = "inference_node"
@@ -536,7 +535,7 @@ def run_ros_suite(
         trace, record = run_ros_scenario(
             scenario, safety_config, scenario.task or task, Path(log_dir) / scenario.name, policy
         )
-        result = score(trace, safety_config, state_slack_s=DIAGNOSTICS_PERIOD_S)
+        result = score(trace, safety_config, state_slack_s=g.DIAGNOSTICS_PERIOD_S)
         if "died" in record:
             result["passed"] = False
             result["failures"].append(f"nodes died: {sorted(record['died'])}")
@@ -554,7 +553,7 @@ def run_ros_suite(
     out["settings"] = {
         "task": task,
         "policy": policy,
-        "state_slack_s": DIAGNOSTICS_PERIOD_S,
+        "state_slack_s": g.DIAGNOSTICS_PERIOD_S,
         "ros_domain_id": os.environ.get("ROS_DOMAIN_ID"),
     }
     return out

@@ -60,6 +60,9 @@ TOPIC_ESTOP = "estop"
 TOPIC_TASK_SUCCESS = "task_success"
 TOPIC_SIM_STATE = "sim/state"
 TOPIC_DIAGNOSTICS = "/diagnostics"
+DIAGNOSTICS_PERIOD_S = 1.0
+"""Every node publishes its ``/diagnostics`` status this often (the fault suite's
+state-sampling slack)."""
 SERVICE_SAFETY_RESET = "safety/reset"
 # Private services (``~/name``); another node of the namespace calls them by
 # private_in_namespace(node, name), e.g. SERVICE_SIM_RESET (``sim_node/reset``).

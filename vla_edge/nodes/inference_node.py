@@ -65,7 +65,6 @@ from vla_edge.nodes.sim_state import ShadowScene, decode_sim_state
 from vla_edge.runners.base import Runner, start_noise
 
 DIAGNOSTIC_NAME = "vla_edge/inference"
-DIAGNOSTICS_PERIOD_S = 1.0
 WORKER_POLL_S = 0.2
 # Weight of the newest latency in the expected-delay estimate (exponential average).
 DELAY_EMA_WEIGHT = 0.2
@@ -135,7 +134,7 @@ class InferenceNode(Node):
             )
         if self.config.instruction.strip():
             self.slot.put_instruction(self.config.instruction.strip())
-        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, graph.DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         self._stop = threading.Event()
         self._worker = threading.Thread(target=self._work, name="inference_worker", daemon=True)
         self._worker.start()

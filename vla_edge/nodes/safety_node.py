@@ -47,7 +47,6 @@ from vla_edge.safety.supervisor import SafetySupervisor
 _S_PER_NS = 1e-9  # nodes.conversions.S_PER_NS, local like the other message helpers
 
 DIAGNOSTIC_NAME = "vla_edge/safety"
-DIAGNOSTICS_PERIOD_S = 1.0
 _LEVELS = (
     DiagnosticStatus.OK,
     DiagnosticStatus.WARN,
@@ -80,7 +79,7 @@ class SafetyNode(Node):
         self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(Bool, graph.TOPIC_ESTOP, self._on_estop, qos)
         self.create_service(Trigger, graph.SERVICE_SAFETY_RESET, self._on_reset)
-        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, graph.DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         # The output loop runs on its own thread (SCHED_FIFO where allowed) so that no
         # callback delays a tick; ``self.lock`` serialises it with them.
         self.scheduler = "not started"

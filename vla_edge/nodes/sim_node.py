@@ -54,7 +54,6 @@ from vla_edge.nodes.params import declare_config
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
 
 DIAGNOSTIC_NAME = "vla_edge/sim"
-DIAGNOSTICS_PERIOD_S = 1.0
 # Parameters read again on each ``~/reset`` (writable); the others are read at start.
 RUN_TIME_PARAMETERS = ("task", "init_state_id")
 # At most this many control periods are simulated in one callback to catch up.
@@ -141,7 +140,7 @@ class SimNode(Node):
         self._t0_wall_s = time.monotonic()
         self._next_joint_state_s = 0.0
         self._next_frame_s = 0.0
-        steady_timer(self, DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, graph.DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         self.process_scheduler = try_realtime_process(max(0, self.config.realtime_priority - 1))
         self.loop = FixedRateLoop(
             1.0 / self.control_dt_s,
