@@ -15,6 +15,10 @@ from vla_edge.runners.torch_runner import TorchRunner
 torch.set_num_threads(1)
 
 
+# every test here runs the ExecuTorch export of the fixture model (about a minute)
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     path = tmp_path_factory.getbasetemp() / "export_fixtures"

@@ -16,6 +16,7 @@ def root(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # exports the fixture model for ExecuTorch (about a minute)
 def test_parity_bench_reports_per_dimension_error_for_each_export(root, tmp_path) -> None:
     data = write_dataset(tmp_path / "demos.hdf5", episodes_per_task=1, steps=12)
     out = tmp_path / "parity.json"
@@ -55,6 +56,7 @@ def test_parity_bench_without_any_export_names_the_commands_and_writes_nothing(
     assert "vla-edge export --checkpoint" in err and "--quant 8da4w" in err
 
 
+@pytest.mark.slow
 def test_latency_bench_times_each_backend_in_its_own_process(root, tmp_path) -> None:
     exported(root, "onnx")
     out = tmp_path / "latency.json"

@@ -49,6 +49,7 @@ def _vision_stage():
     return policy_stages(policy, ("vision_encoder",))[0]
 
 
+@pytest.mark.slow
 def test_8da4w_vision_program_has_int8_convolutions_close_to_torch(tmp_path: Path, frames) -> None:
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
@@ -72,6 +73,7 @@ def test_8da4w_vision_program_has_int8_convolutions_close_to_torch(tmp_path: Pat
         assert rel_rms < 0.1
 
 
+@pytest.mark.slow
 def test_without_calibration_the_convolutions_stay_fp32(tmp_path: Path) -> None:
     details = export_stage_executorch(_vision_stage(), tmp_path / "v.pte", "8da4w")
     assert details["int8_convs"] == 0 and details["fp32_convs"] > 0

@@ -43,6 +43,7 @@ def test_onnx_runner_imports_and_runs_without_torch(root) -> None:
     assert result == {"after_import": False, "after_run": False, "shape": [10, 7]}
 
 
+@pytest.mark.slow  # exports the fixture model for ExecuTorch (about a minute)
 def test_executorch_runner_module_imports_without_torch(root) -> None:
     # ExecuTorch's Python bindings link libtorch and take only torch.Tensor, so running
     # a program imports torch (documented in executorch_runner.py); importing does not.
