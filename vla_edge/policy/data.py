@@ -66,11 +66,8 @@ def _attr_str(value: object) -> str:
     return str(value)
 
 
-def _demo_files(path: str | Path) -> list[Path]:
+def demo_files(path: str | Path) -> list[Path]:
     """The HDF5 files at ``path`` (a file, or every ``*.hdf5``/``*.h5`` below a folder).
-
-    The same rule as the writer's ``vla_edge.sim.dataset.demo_files``, kept here
-    so that training does not import the simulator.
 
     Raises:
         DatasetError: nothing there.
@@ -114,7 +111,7 @@ def load_episodes(
     if unknown:
         raise ValueError(f"probes = {unknown}: not a probe; known: {', '.join(PROBE_TARGETS)}")
     episodes: list[Episode] = []
-    for file in _demo_files(path):
+    for file in demo_files(path):
         with h5py.File(file, "r") as h5:
             if "data" not in h5:
                 raise DatasetError(f"{file}: group 'data' is missing")

@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 from vla_edge.core.errors import DatasetError, InitStateOutOfRangeError, UnknownTaskError
+from vla_edge.policy.data import HDF5_SUFFIXES, demo_files
 from vla_edge.sim.probe_targets import (
     LAYOUT_NAMES,
     ProbeTargets,
@@ -31,27 +32,8 @@ from vla_edge.sim.probe_targets import (
     scene_targets,
 )
 
-HDF5_SUFFIXES = (".hdf5", ".h5")
-
 TARGET_ATTRS = ("layout_names", "layout_xy", "goal_names", "goal_xy")
 """The episode attributes :func:`write_targets` writes."""
-
-
-def demo_files(path: str | Path) -> list[Path]:
-    """The HDF5 files at ``path`` (a file, or every ``*.hdf5``/``*.h5`` below a folder).
-
-    Raises:
-        DatasetError: nothing there.
-    """
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix in HDF5_SUFFIXES)
-        if files:
-            return files
-        raise DatasetError(f"path = {str(path)!r}: no {'/'.join(HDF5_SUFFIXES)} file inside")
-    raise DatasetError(f"path = {str(path)!r}: no such file or folder")
 
 
 def write_targets(group: h5py.Group, targets: ProbeTargets) -> None:
