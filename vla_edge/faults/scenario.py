@@ -25,7 +25,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from vla_edge.config.loader import format_validation_error, load_yaml_file
 from vla_edge.config.paths import share_dir
@@ -62,6 +69,17 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _NonZeroOffset(_Strict):
+    """Parameters with an ``offset_s`` that must not be 0 (a shift of nothing is no fault)."""
+
+    @field_validator("offset_s", check_fields=False)
+    @classmethod
+    def _nonzero(cls, offset_s: float) -> float:
+        if offset_s == 0.0:
+            raise ValueError("offset_s = 0.0: the offset must be non-zero")
+        return offset_s
+
+
 class NoParams(_Strict):
     """A fault without parameters (drop, freeze, joint-state loss, crash, e-stop)."""
 
@@ -89,16 +107,10 @@ class CameraFreezeParams(CameraParams):
     restamp: bool = False
 
 
-class CameraSkewParams(CameraParams):
+class CameraSkewParams(CameraParams, _NonZeroOffset):
     """The cameras' stamps are moved by ``offset_s`` (a camera clock off by that much)."""
 
     offset_s: float = Field(ge=-10.0, le=10.0)
-
-    @model_validator(mode="after")
-    def _nonzero(self) -> CameraSkewParams:
-        if self.offset_s == 0.0:
-            raise ValueError("offset_s = 0.0: a stamp skew must be non-zero")
-        return self
 
 
 class SlowdownParams(_Strict):
@@ -138,28 +150,16 @@ class JumpParams(ChunkJointParams):
     delta: float = Field(ge=-10.0, le=10.0)
 
 
-class StampShiftParams(_Strict):
+class StampShiftParams(_NonZeroOffset):
     """Chunk stamps moved by ``offset_s`` (positive = from the future)."""
 
     offset_s: float = Field(ge=-1.0e6, le=1.0e6)
 
-    @model_validator(mode="after")
-    def _nonzero(self) -> StampShiftParams:
-        if self.offset_s == 0.0:
-            raise ValueError("offset_s = 0.0: a stamp shift must be non-zero")
-        return self
 
-
-class ClockJumpParams(_Strict):
+class ClockJumpParams(_NonZeroOffset):
     """The system clock steps by ``offset_s`` at the fault start (and stays stepped)."""
 
     offset_s: float = Field(ge=-1.0e6, le=1.0e6)
-
-    @model_validator(mode="after")
-    def _nonzero(self) -> ClockJumpParams:
-        if self.offset_s == 0.0:
-            raise ValueError("offset_s = 0.0: a clock jump must be non-zero")
-        return self
 
 
 class EStopParams(_Strict):
