@@ -167,6 +167,7 @@ def test_no_observation_while_a_required_camera_is_lost_and_diagnostics_name_it(
     t = _stream(slot, clock, t, t + 1.0, cameras=("agentview",))
     slot.request(None, t)
     assert slot.take(0.0) is None
+    assert slot.camera_faults() == {"wrist": "lost"}
     values = slot.camera_diagnostics()
     assert values["camera.wrist.condition"] == "lost" and values["camera.wrist.lost"] == 1
     assert values["camera.agentview.condition"] == "ok"

@@ -163,6 +163,11 @@ class CameraHealth:
         conditions = self.update(now_s)
         return {cam: conditions[cam] for cam in self.required if conditions[cam] != OK}
 
+    def required_faults(self, now_s: float) -> dict[str, str]:
+        """The required cameras in a fault condition (``lost``, ``frozen``, ``skewed``)."""
+        blocking = self.blocking(now_s)
+        return {cam: c for cam, c in blocking.items() if c in CAMERA_FAULT_CONDITIONS}
+
     def _own_condition(self, camera: str, now_s: float) -> str:
         track, timeout_s = self._tracks[camera], self.limits.timeout_s
         if track.seen_s is None:

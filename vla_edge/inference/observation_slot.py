@@ -212,6 +212,11 @@ class ObservationSlot:
         with self._cond:
             return self.health.update(self._now_locked())
 
+    def camera_faults(self) -> dict[str, str]:
+        """The policy's cameras that are lost, frozen or skewed now, with their condition."""
+        with self._cond:
+            return self.health.required_faults(self._now_locked())
+
     def camera_diagnostics(self) -> dict[str, object]:
         """Per-camera values for ``/diagnostics`` (see :meth:`CameraHealth.diagnostics`)."""
         with self._cond:

@@ -38,7 +38,7 @@ from vla_edge.core.errors import (
     InvalidObservationError,
 )
 from vla_edge.core.types import Observation
-from vla_edge.inference.camera_health import OK, WAITING, CameraHealthLimits
+from vla_edge.inference.camera_health import CameraHealthLimits
 from vla_edge.inference.observation_slot import (
     InferenceInput,
     ObservationSlot,
@@ -341,11 +341,7 @@ class InferenceNode(Node):
         values.update(self.slot.camera_diagnostics())
         values["clock_steps"] = self.slot.clock_steps
         values["warm_up_ms"] = self.warm_up_ms if self.warm_up_ms is not None else "running"
-        unhealthy = {
-            cam: condition
-            for cam, condition in self.slot.camera_conditions().items()
-            if cam in self.slot.required and condition not in (OK, WAITING)
-        }
+        unhealthy = self.slot.camera_faults()
         if unhealthy:
             level = "ERROR"
             message = "no observation: camera " + ", ".join(
