@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -53,6 +54,7 @@ def _size(tmp_path: Path, quant: str) -> tuple[int, dict]:
     return path.stat().st_size, details
 
 
+@pytest.mark.slow
 def test_8da4w_program_stores_the_table_as_int8_and_runs_it(tmp_path: Path) -> None:
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 

@@ -19,6 +19,9 @@ from vla_edge.faults.harness import FaultHarness, HarnessSettings
 from vla_edge.faults.metrics import score
 from vla_edge.faults.scenario import FaultScenario
 
+# closed-loop episodes drawn by hypothesis: the slow tier
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("mujoco")
 
 CAMS = ("agentview", "wrist")

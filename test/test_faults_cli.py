@@ -24,6 +24,7 @@ FIELDS = {
 }
 
 
+@pytest.mark.slow
 def test_faults_run_writes_the_documented_json_and_one_png_per_scenario(tmp_path):
     out = tmp_path / "faults.json"
     plots = tmp_path / "plots"

@@ -82,6 +82,7 @@ def test_graph_stop_kills_a_node_that_ignores_sigint_and_sigterm_and_reports_it(
     assert "still here" in procs.log_tail(spec.name)
 
 
+@pytest.mark.ros
 def test_injector_node_relays_frames_and_drops_them_in_the_fault_window(tmp_path, monkeypatch):
     """camera_drop: frames pass through before the window, none inside it, again after."""
     env = _env(31)

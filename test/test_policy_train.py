@@ -12,6 +12,9 @@ from vla_edge.policy.model import load_checkpoint, read_checkpoint
 from vla_edge.policy.train import learning_rate_at, train
 from vla_edge.runners.torch_runner import TorchRunner
 
+# training runs: the slow tier (make test-fast leaves them out)
+pytestmark = pytest.mark.slow
+
 torch.set_num_threads(1)
 
 

@@ -309,6 +309,7 @@ def test_frozen_server_process_raises_timeout_not_a_hang() -> None:
         proc.wait(5.0)
 
 
+@pytest.mark.slow
 def test_killed_server_mid_run_brings_controller_to_hold_and_restart_resumes() -> None:
     """Real-time loop: controller at 100 Hz, inference thread over RemoteRunner."""
     import queue

@@ -178,6 +178,7 @@ def test_noise_scale_scales_the_start_noise_the_policy_gets(env, configs):
     assert not seen[0.0].any()
 
 
+@pytest.mark.slow
 def test_eval_in_worker_processes_matches_one_process(tmp_path, capsys):
     from vla_edge.cli import main as cli_main
 
