@@ -105,3 +105,23 @@ def test_every_port_of_the_table_belongs_to_a_node_of_the_graph():
     assert {port.node for port in g.PORTS} == names
     assert all(port.role in ROLES for port in g.PORTS)
     assert all((port.qos is None) == (port.role == "serves") for port in g.PORTS)
+
+
+def test_fault_injector_episode_time_does_not_move_with_a_system_clock_step(monkeypatch):
+    import dataclasses
+    import time
+
+    from vla_edge.nodes.fault_injector_node import FaultInjectorNode
+    from vla_edge.nodes.fault_suite import FAULT_INJECTOR_NODE
+
+    spec = dataclasses.replace(FAULT_INJECTOR_NODE, parameters={"scenario": "camera_drop"})
+    with started(spec, FaultInjectorNode) as node:
+        node._arm("test")
+        armed_at_s = node.armed_at_s
+        before = node.episode_t_s()
+        stepped = armed_at_s - 30.0  # the system clock steps 30 s back
+        monkeypatch.setattr(node, "_now_s", lambda: stepped)
+        time.sleep(0.05)
+        after = node.episode_t_s()
+        assert 0.05 <= after - before < 1.0
+        assert node.armed_at_s == armed_at_s  # still the time of arming, for the recorder

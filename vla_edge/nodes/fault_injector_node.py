@@ -16,9 +16,9 @@ this node only reports the episode clock for them.
 The episode clock starts when the node *arms*: at the first chunk seen on
 ``action_chunk`` (the graph is up) when ``arm_on_first_chunk``, else when
 ``~/arm`` (``std_srvs/Trigger``) is called. Before that every message passes
-through. The episode clock re-anchors on a step of the system clock
-(:class:`~vla_edge.core.clock.EpisodeClock`), so a step does not move the fault
-window, and the poll timer runs on the steady clock.
+through. Episode time runs on the steady clock (as the poll timer does), so a
+step of the system clock does not move the fault window; ``armed_at_s`` is the
+system-clock time of arming, for whoever lines recordings up with it.
 ``/diagnostics`` (``vla_edge/fault_injector``, 10 Hz) carries ``armed_at_s``
 (system clock), ``active``, message counters and bad input (``bad_input.<cause>``:
 frames that are not ``rgb8`` or whose data do not match their size; like
@@ -31,6 +31,7 @@ description, type and range) and validated at start-up; a bad one is a
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,6 @@ from trajectory_msgs.msg import JointTrajectory
 from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import FaultInjectorParams, SafetyConfig
 from vla_edge.config.paths import config_path
-from vla_edge.core.clock import EpisodeClock
 from vla_edge.core.errors import InvalidObservationError, VlaEdgeError
 from vla_edge.core.types import Observation
 from vla_edge.faults.injectors import make_injector
@@ -72,9 +72,6 @@ from vla_edge.nodes.params import declare_config
 
 DIAGNOSTIC_NAME = "vla_edge/fault_injector"
 NOT_ARMED_T_S = -1.0e9
-# A forward gap between two readings of the clock beyond this is a step (the poll
-# timer reads it at poll_rate_hz).
-CLOCK_STEP_S = 0.5
 
 
 class FaultInjectorNode(Node):
@@ -90,10 +87,8 @@ class FaultInjectorNode(Node):
         safety = load_node_params(safety_file, "safety_node", SafetyConfig)
         self.injector = make_injector(self.scenario, position_max=safety.position_max)
         self.dt_action_s = self.params.dt_action_s
-        # episode time survives steps of the system clock (read at poll_rate_hz)
-        self.episode = EpisodeClock(
-            forward_threshold_s=max(CLOCK_STEP_S, 5.0 / self.params.poll_rate_hz)
-        )
+        self.armed_at_s: float | None = None  # system clock, reported on /diagnostics
+        self._armed_steady_s: float | None = None  # the episode clock's origin
         self.counters = {"in": 0, "out": 0, "estop_presses": 0, "resets": 0}
         self.bad_input = BadInputCounter(self.get_logger().warning)
         self._estop_down = False
@@ -150,21 +145,16 @@ class FaultInjectorNode(Node):
     def _now_s(self) -> float:
         return self.get_clock().now().nanoseconds * S_PER_NS
 
-    @property
-    def armed_at_s(self) -> float | None:
-        """System-clock time of arming, moved by any clock step since (``None``: not armed)."""
-        return self.episode.anchor_s
-
     def episode_t_s(self) -> float:
-        """Seconds since the node armed (a large negative number before)."""
-        elapsed_s = self.episode.elapsed_s(self._now_s())
-        return NOT_ARMED_T_S if elapsed_s is None else elapsed_s
-
-    # --- inputs ---------------------------------------------------------------------------
+        """Seconds since the node armed, on the steady clock (a large negative number before)."""
+        if self._armed_steady_s is None:
+            return NOT_ARMED_T_S
+        return time.monotonic() - self._armed_steady_s
 
     def _arm(self, why: str) -> None:
-        if not self.episode.started:
-            self.episode.start(self._now_s())
+        if self._armed_steady_s is None:
+            self._armed_steady_s = time.monotonic()
+            self.armed_at_s = self._now_s()
             self.get_logger().info(f"armed: {why}")
 
     def _on_chunk_seen(self, msg: JointTrajectory) -> None:
@@ -258,7 +248,6 @@ class FaultInjectorNode(Node):
             "armed_at_s": repr(self.armed_at_s if self.armed_at_s is not None else float("nan")),
             "episode_t_s": f"{t_s:.3f}",
             "active": int(self.injector.active(t_s)),
-            "clock_steps": self.episode.steps,
             **{k: v for k, v in self.counters.items()},
             **self.bad_input.as_values(),
         }
