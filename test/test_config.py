@@ -15,6 +15,7 @@ from vla_edge.config import (
 )
 from vla_edge.config.models import FaultInjectorParams
 from vla_edge.core import ConfigError
+from vla_edge.sim.tasks import check_task
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "config"
 MODELS = {
@@ -51,6 +52,18 @@ def test_shipped_safety_limits_cover_every_joint() -> None:
         CONFIG_DIR / "controller.yaml", "controller_node", ControllerConfig
     )
     assert controller.joint_names == config.joint_names
+
+
+def test_shipped_sim_task_and_initial_state_are_the_suites() -> None:
+    sim = load_node_params(CONFIG_DIR / "sim.yaml", "sim_node", SimConfig)
+    check_task(sim.suite, sim.task, sim.init_state_id)  # what the sim node checks at start
+
+
+def test_sim_config_leaves_the_suite_check_to_the_sim_and_keeps_its_bounds() -> None:
+    # the task list and the initial states are the sim's (vla_edge.sim.tasks.check_task)
+    assert SimConfig(task="not_a_task_yet", init_state_id=10_000).task == "not_a_task_yet"
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        SimConfig(init_state_id=-1)
 
 
 def write(tmp_path: Path, text: str) -> Path:

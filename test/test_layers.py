@@ -76,12 +76,7 @@ ALLOWED: dict[str, set[str]] = {
 
 # (importing module, imported module): edges that break the table today, each
 # named with its reason. Remove an entry when its import goes.
-KNOWN_EXCEPTIONS: set[tuple[str, str]] = {
-    # SimConfig checks `task` against the suite's task names and `init_state_id`
-    # against its evaluation initial states, which sim/tasks.py defines; both are
-    # lazy imports inside the validators (config -> sim, while sim -> config).
-    ("vla_edge.config.models", "vla_edge.sim.tasks"),
-}
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:

@@ -16,8 +16,10 @@
   is (a real arm cannot jump), so the rest of the graph keeps a consistent
   view; the full initial state (arm included) is applied once at start.
 
-``task`` and ``init_state_id`` are checked with the config (:class:`SimConfig`);
-if the initial reset still fails, the node does not start (:class:`SimStartupError`).
+``suite``, ``task`` and ``init_state_id`` are checked by the sim
+(:func:`vla_edge.sim.tasks.check_task`): at start a bad value stops the node
+with the named error, on ``~/reset`` it refuses the request. If the initial
+reset still fails, the node does not start (:class:`SimStartupError`).
 
 All stamps are the node clock's time at which the state was observed.
 """
@@ -52,6 +54,7 @@ from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import declare_config
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
+from vla_edge.sim.tasks import check_task
 
 DIAGNOSTIC_NAME = "vla_edge/sim"
 # Parameters read again on each ``~/reset`` (writable); the others are read at start.
@@ -68,9 +71,11 @@ class SimStartupError(VlaEdgeError):
 
 
 class _ResetRequest:
-    """A reset asked of the loop thread, and its outcome."""
+    """A reset to ``task`` / ``init_state_id`` asked of the loop thread, and its outcome."""
 
-    def __init__(self, keep_arm: bool) -> None:
+    def __init__(self, task: str, init_state_id: int, keep_arm: bool) -> None:
+        self.task = task
+        self.init_state_id = init_state_id
         self.keep_arm = keep_arm
         self.done = threading.Event()
         self.error: str | None = None
@@ -83,8 +88,7 @@ class SimNode(Node):
         super().__init__("sim_node")
         self.config = declare_config(self, SimConfig, run_time=RUN_TIME_PARAMETERS)
         self.diagnostic_name = graph.diagnostic_name(self.get_namespace(), DIAGNOSTIC_NAME)
-        if self.config.suite != "tabletop":
-            raise ConfigError(f"suite = {self.config.suite!r}: only 'tabletop' exists")
+        check_task(self.config.suite, self.config.task, self.config.init_state_id)
         from vla_edge.sim.env import PHYSICS_DT_S, TabletopEnv
 
         if abs(self.config.physics_hz - 1.0 / PHYSICS_DT_S) > 1e-6:
@@ -133,7 +137,7 @@ class SimNode(Node):
         self.loop_errors = 0
         # The renderer's GL context belongs to the thread that made it: every env call
         # that may render (reset included) runs on the loop thread.
-        initial_reset = _ResetRequest(keep_arm=False)
+        initial_reset = _ResetRequest(self.config.task, self.config.init_state_id, keep_arm=False)
         self._reset_request: _ResetRequest | None = initial_reset
         self._close_requested = threading.Event()
         self._closed = threading.Event()
@@ -172,16 +176,15 @@ class SimNode(Node):
 
     # --- episode --------------------------------------------------------------------------
 
-    def _reset_scene(self, keep_arm: bool) -> None:
-        """Reset to the parameters' task and initial state (optionally keeping the arm)."""
+    def _reset_scene(self, reset: _ResetRequest) -> None:
+        """Reset to the request's task and initial state (optionally keeping the arm)."""
         import mujoco
 
-        task = str(self.get_parameter("task").value)
-        init_state_id = int(self.get_parameter("init_state_id").value)
+        task, init_state_id = reset.task, reset.init_state_id
         arm_qadr = self._arm_qpos_indices()
         arm_qpos = self.env.data.qpos[arm_qadr].copy()
         self.env.reset(task, init_state_id)
-        if keep_arm:
+        if reset.keep_arm:
             self.env.data.qpos[arm_qadr] = arm_qpos
             self.env.data.qvel[:] = 0.0
             mujoco.mj_forward(self.env.model, self.env.data)
@@ -202,8 +205,18 @@ class SimNode(Node):
         return np.array([int(model.joint(n).qposadr[0]) for n in names])
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        """Reset to the ``task`` / ``init_state_id`` parameters; refuse a scene the sim lacks."""
         del request
-        reset = _ResetRequest(keep_arm=True)
+        task = str(self.get_parameter("task").value)
+        init_state_id = int(self.get_parameter("init_state_id").value)
+        try:
+            check_task(self.config.suite, task, init_state_id)
+        except VlaEdgeError as exc:
+            response.success = False
+            response.message = f"{type(exc).__name__}: {exc}"
+            self.bad_input.record("reset_parameters", response.message)
+            return response
+        reset = _ResetRequest(task, init_state_id, keep_arm=True)
         with self.lock:
             self._reset_request = reset
         if not reset.done.wait(RESET_TIMEOUT_S):
@@ -225,7 +238,7 @@ class SimNode(Node):
         if reset is None:
             return
         try:
-            self._reset_scene(keep_arm=reset.keep_arm)
+            self._reset_scene(reset)
         except VlaEdgeError as exc:
             reset.error = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # the waiter learns of it; the loop counts it

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from vla_edge.core.errors import InitStateOutOfRangeError, UnknownTaskError
+from vla_edge.core.errors import ConfigError, InitStateOutOfRangeError, UnknownTaskError
 
 SUITE = "tabletop"
 N_EVAL_INIT_STATES = 50
@@ -191,6 +191,28 @@ def get_task(name: str) -> Task:
         raise UnknownTaskError(
             f"task = {name!r} is not in suite {SUITE!r}; known tasks: {', '.join(TASKS)}"
         ) from None
+
+
+def check_task(suite: str, task: str, init_state_id: int) -> None:
+    """Refuse a scene the sim cannot reset to (the sim node at start and on reset, the launcher).
+
+    ``task`` must be a task of ``suite`` and ``init_state_id`` one of its
+    evaluation initial states (the split the sim node resets to).
+
+    Raises:
+        ConfigError: ``suite`` is not this suite.
+        UnknownTaskError: ``task`` is not in the suite (the message lists the allowed tasks).
+        InitStateOutOfRangeError: ``init_state_id`` is outside ``[0, N_EVAL_INIT_STATES)``.
+    """
+    if suite != SUITE:
+        raise ConfigError(f"suite = {suite!r}: only {SUITE!r} exists")
+    if task not in TASKS:
+        raise UnknownTaskError(f"task = {task!r}: not a {SUITE} task; allowed: {list_tasks()}")
+    if isinstance(init_state_id, bool) or not 0 <= init_state_id < N_EVAL_INIT_STATES:
+        raise InitStateOutOfRangeError(
+            f"init_state_id = {init_state_id!r}: out of range: every task has evaluation "
+            f"initial states 0..{N_EVAL_INIT_STATES - 1}"
+        )
 
 
 @dataclass
