@@ -12,9 +12,17 @@ import numpy as np
 import pytest
 from ros_test_domain import DomainLease
 
+from vla_edge import cli
+from vla_edge.core.errors import UnknownTaskError
 from vla_edge.nodes import graph as g
 from vla_edge.nodes.graph import graph
-from vla_edge.nodes.launch_cli import GraphProcesses, Monitor, add_arguments, overrides_for
+from vla_edge.nodes.launch_cli import (
+    GraphProcesses,
+    Monitor,
+    add_arguments,
+    overrides_for,
+    sim_task,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,6 +44,33 @@ def test_task_and_policy_become_parameter_overrides():
     }
     assert "sim_node" not in overrides_for("hil", "lift_red_block", None)
     assert overrides_for("sim", None, None, threads=1) == {"inference_node": {"threads": 1}}
+
+
+def test_sim_task_is_the_parameter_files_unless_given_and_is_checked_against_the_suite():
+    assert sim_task("sim", None) == "pick_red_block_into_bowl"  # config/sim.yaml
+    assert sim_task("sim", "lift_green_block") == "lift_green_block"
+    assert sim_task("hil", "lift_red_block") == "lift_red_block"  # no sim: for the metrics only
+    with pytest.raises(UnknownTaskError, match="task = 'pick_the_moon'.*allowed:.*lift_green"):
+        sim_task("sim", "pick_the_moon")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["launch", "sim", "--task", "pick_the_moon"],
+        ["demo", "--task", "pick_the_moon", "--policy", "expert"],
+    ],
+    ids=["launch", "demo"],
+)
+def test_unknown_task_is_refused_before_any_node_starts(argv, tmp_path, monkeypatch, capsys):
+    def start(self):
+        raise AssertionError("the graph was started for a task the sim does not have")
+
+    monkeypatch.setattr(GraphProcesses, "start", start)
+    assert cli.main([*argv, "--out" if argv[0] == "demo" else "--log-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"vla-edge {argv[0]}: UnknownTaskError: task = 'pick_the_moon'" in err
+    assert "allowed:" in err
 
 
 def test_each_node_runs_as_its_own_process_with_its_parameter_file():

@@ -133,6 +133,7 @@ def summary_lines(metrics: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``vla-edge demo``."""
+    from vla_edge.core.errors import VlaEdgeError
     from vla_edge.nodes.launch_cli import run_graph
 
     policy, fallback = choose_policy(args.policy)
@@ -146,16 +147,20 @@ def run(args: argparse.Namespace) -> int:
         )
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    metrics, monitor, _ = run_graph(
-        "sim",
-        args.duration,
-        task=args.task,
-        policy=policy,
-        threads=inference_threads(args.threads),
-        stop_on_success=True,
-        record=True,
-        log_dir=out / "logs",
-    )
+    try:
+        metrics, monitor, _ = run_graph(
+            "sim",
+            args.duration,
+            task=args.task,
+            policy=policy,
+            threads=inference_threads(args.threads),
+            stop_on_success=True,
+            record=True,
+            log_dir=out / "logs",
+        )
+    except VlaEdgeError as exc:  # a bad --task or parameter file: nothing was started
+        print(f"vla-edge demo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     metrics["fallback"] = fallback
     plot_path = out / "joints.png"
     if monitor is not None and monitor.recording is not None and monitor.recording.command:

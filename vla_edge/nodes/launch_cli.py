@@ -29,7 +29,7 @@ from typing import Any
 
 from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import ControllerConfig, SimConfig
-from vla_edge.core.errors import ConfigError
+from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.nodes.graph import (
     PROFILES,
     NodeSpec,
@@ -39,6 +39,7 @@ from vla_edge.nodes.graph import (
     policy_parameters,
 )
 from vla_edge.nodes.process_group import stop_all
+from vla_edge.sim.tasks import check_task
 
 STOP_TIMEOUT_S = 5.0
 DEFAULT_ENV = {
@@ -169,6 +170,25 @@ class GraphProcesses:
             return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def sim_task(profile: str, task: str | None) -> str | None:
+    """The task the sim of ``profile`` resets to: ``task``, else ``config/sim.yaml``'s.
+
+    Checked against the suite with the sim's initial state before any process
+    starts; a profile without a sim keeps ``task`` as given (metrics only).
+
+    Raises:
+        UnknownTaskError: the task is not in the suite.
+        InitStateOutOfRangeError: the sim's ``init_state_id`` is out of range.
+        ConfigError: the sim's parameter file or its ``suite`` is invalid.
+    """
+    if profile != "sim":
+        return task
+    sim = load_node_params(graph("sim")[0].params_path(), "sim_node", SimConfig)
+    task = sim.task if task is None else task
+    check_task(sim.suite, task, sim.init_state_id)
+    return task
 
 
 def overrides_for(
@@ -423,13 +443,16 @@ def run_graph(
     Returns:
         ``(metrics, monitor, exit codes)``; the monitor is closed but keeps its
         recording.
+
+    Raises:
+        VlaEdgeError: a parameter file is invalid, or the sim task or initial
+            state is not the suite's (:func:`sim_task`); nothing was started.
     """
     controller_file = next(s for s in graph(profile) if s.name == "controller_node")
     max_chunk_age_s = load_node_params(
         controller_file.params_path(), "controller_node", ControllerConfig
     ).max_chunk_age_s
-    if task is None and profile == "sim":
-        task = load_node_params(graph("sim")[0].params_path(), "sim_node", SimConfig).task
+    task = sim_task(profile, task)
     processes = GraphProcesses(
         profile,
         overrides_for(profile, task, policy, threads),
@@ -557,6 +580,9 @@ def run(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         return 130
+    except VlaEdgeError as exc:
+        print(f"vla-edge launch: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(metrics, indent=2))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
