@@ -125,30 +125,28 @@ def _limited_pct(run: Json) -> float:
 
 
 def render_expert(runs: Sequence[Json]) -> str:
-    """The scripted expert at delay 0 and 200 ms; the later push-only runs replace the push row."""
-    full_d0, full_d200, push_d0, push_d200 = runs
-    settings = [(full_d0, push_d0), (full_d200, push_d200)]
-    rows, totals, contacts = [], [[0, 0], [0, 0]], [0, 0]
-    for task in full_d0["tasks"]:
+    """The scripted expert at delay 0 and with a delay, per task."""
+    delay0, delayed = runs
+    rows = []
+    for task in delay0["tasks"]:
         row = [_title(task)]
-        for i, (full, push) in enumerate(settings):
-            result = (push if task in push["tasks"] else full)["tasks"][task]
+        for run in runs:
+            result = run["tasks"][task]
             row += [
                 _count(result["successes"], result["episodes"]),
                 _ms(result["mean_completion_time_s"]),
             ]
-            totals[i][0] += result["successes"]
-            totals[i][1] += result["episodes"]
-            contacts[i] += result["penetrating_contacts"]
         rows.append(row)
-    rows.append(["all", _total(*totals[0]), "", _total(*totals[1]), ""])
-    rows.append(["arm–table contact-ticks > 1 mm", f"{contacts[0]:,}", "", f"{contacts[1]:,}", ""])
-    merge = full_d200["settings"]["merge"]
+    totals = [_total(*_successes(run)) for run in runs]
+    rows.append(["all", totals[0], "", totals[1], ""])
+    contacts = [f"{r['safety']['penetrating_contacts']:,}" for r in runs]
+    rows.append(["arm–table contact-ticks > 1 mm", contacts[0], "", contacts[1], ""])
+    merge = delayed["settings"]["merge"]
     header = [
         "task",
         "delay 0: success",
         "mean time (s)",
-        f"delay {full_d200['settings']['delay_ms']:.0f} ms, `{merge}`: success",
+        f"delay {delayed['settings']['delay_ms']:.0f} ms, `{merge}`: success",
         "mean time (s)",
     ]
     return _table(header, rows)
@@ -587,15 +585,9 @@ _EXPORT_EVAL = f"`vla-edge eval --policy out/export_s38/B_Q {_EVAL_FLAGS}`"
 TABLES: tuple[Table, ...] = (
     Table(
         "expert",
-        (
-            _r("eval_expert_128_delay0.json"),
-            _r("eval_expert_128_delay200_prefix.json"),
-            _r("eval_expert_128_push_quarter_delay0_prefix.json"),
-            _r("eval_expert_128_push_quarter_delay200_prefix.json"),
-        ),
+        (_r("eval_expert_delay0.json"), _r("eval_expert_d200_prefix.json")),
         "`vla-edge eval --policy expert --suite tabletop --episodes 50 --image-size 128 "
-        "--merge prefix --json OUT`, and with `--delay-ms 200`; the push rows with "
-        "`--tasks push_blue_block_to_target`",
+        "--merge prefix --workers 2 --json OUT`, and with `--delay-ms 200`",
         render_expert,
     ),
     Table(
