@@ -18,6 +18,12 @@ import vla_edge
 
 PACKAGE_DIR = Path(vla_edge.__file__).parent
 
+# Every ROS-free layer (the cores the nodes adapt).
+CORES = {
+    *("core", "config", "control", "safety", "inference"),
+    *("policy", "export", "runners", "sim", "faults"),
+}
+
 # layer -> the layers it may import (besides itself). Read top to bottom: each
 # layer builds only on the ones above it.
 ALLOWED: dict[str, set[str]] = {
@@ -32,46 +38,10 @@ ALLOWED: dict[str, set[str]] = {
     "sim": {"core", "config", "control", "safety", "policy", "runners", "inference"},
     # ROS-free: never nodes or bench (the ROS-level fault suite is nodes/fault_suite.py)
     "faults": {"core", "config", "control", "safety", "inference", "runners", "sim"},
-    "nodes": {
-        "core",
-        "config",
-        "control",
-        "safety",
-        "inference",
-        "policy",
-        "export",
-        "runners",
-        "sim",
-        "faults",
-    },
-    "bench": {
-        "core",
-        "config",
-        "control",
-        "safety",
-        "inference",
-        "policy",
-        "export",
-        "runners",
-        "sim",
-        "faults",
-        "nodes",
-        "cli",
-    },
-    "cli": {
-        "core",
-        "config",
-        "control",
-        "safety",
-        "inference",
-        "policy",
-        "export",
-        "runners",
-        "sim",
-        "faults",
-        "nodes",
-        "bench",
-    },
+    "nodes": CORES,  # thin adapters from ROS messages to the cores
+    # benchmarks and the command front ends wire everything together
+    "bench": CORES | {"nodes", "cli"},
+    "cli": CORES | {"nodes", "bench"},
 }
 
 # (importing module, imported module): edges that break the table today, each

@@ -39,7 +39,6 @@ WAITING = "waiting"
 LOST = "lost"
 FROZEN = "frozen"
 SKEWED = "skewed"
-CONDITIONS = (OK, WAITING, LOST, FROZEN, SKEWED)
 CAMERA_FAULT_CONDITIONS = (LOST, FROZEN, SKEWED)
 # Joint motion (rad for revolute joints, m for the gripper) that every camera of the
 # arm sees: a camera whose pixels stay identical across it has frozen.
@@ -197,10 +196,6 @@ class CameraHealth:
         return max(stamps, key=lambda cam: abs(now_s - stamps[cam]))
 
     # --- reporting ------------------------------------------------------------------------
-
-    def stamp_s(self, camera: str) -> float | None:
-        """Newest capture stamp of ``camera``."""
-        return self._tracks[camera].stamp_s
 
     def counters(self) -> dict[str, int]:
         """Onsets per camera and condition: ``{"<camera>.<condition>": n}``."""
