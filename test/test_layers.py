@@ -21,7 +21,7 @@ PACKAGE_DIR = Path(vla_edge.__file__).parent
 # Every ROS-free layer (the cores the nodes adapt).
 CORES = {
     *("core", "config", "control", "safety", "inference"),
-    *("policy", "export", "runners", "sim", "faults"),
+    *("policy", "archs", "actions", "export", "runners", "sim", "faults"),
 }
 
 # layer -> the layers it may import (besides itself). Read top to bottom: each
@@ -33,11 +33,17 @@ ALLOWED: dict[str, set[str]] = {
     "safety": {"core", "config"},  # nothing else: it holds the robot if all else dies
     "inference": {"core", "config"},
     "policy": {"core", "config"},
-    "export": {"core", "config", "policy"},
-    "runners": {"core", "config", "policy", "export"},
-    "sim": {"core", "config", "control", "safety", "policy", "runners", "inference"},
+    # third-party architectures (π0, π0.5, SmolVLA) as torch stages, and their checkpoint layouts
+    "archs": {"core", "config", "policy"},
+    # a policy's action space turned into joint-position targets (kinematics with MuJoCo)
+    "actions": {"core", "config"},
+    "export": {"core", "config", "policy", "archs"},
+    "runners": {"core", "config", "policy", "archs", "actions", "export"},
+    "sim": {
+        *("core", "config", "control", "safety", "policy", "actions", "runners", "inference"),
+    },
     # ROS-free: never nodes or bench (the ROS-level fault suite is nodes/fault_suite.py)
-    "faults": {"core", "config", "control", "safety", "inference", "runners", "sim"},
+    "faults": {"core", "config", "control", "safety", "inference", "actions", "runners", "sim"},
     "nodes": CORES,  # thin adapters from ROS messages to the cores
     # benchmarks and the command front ends wire everything together
     "bench": CORES | {"nodes", "cli"},
