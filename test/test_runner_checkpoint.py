@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from policy_synthetic import tiny_config
 
-from vla_edge.core.errors import CheckpointError, RemovedFeatureError
+from vla_edge.core.errors import CheckpointError, ConfigError, RemovedFeatureError
 from vla_edge.policy.config import REMOVED_MODEL_FIELDS, REMOVED_TRAIN_FIELDS, load_train_file
 from vla_edge.policy.model import VlaPolicy, load_checkpoint, save_checkpoint, weights_hash
 from vla_edge.runners.factory import BUNDLED_CHECKPOINT, BUNDLED_DIR
@@ -81,24 +82,42 @@ def test_bundled_checkpoint_passes_the_load_checks() -> None:
     assert policy.checkpoint_info["weights_sha256"] == weights_hash(policy.stage_state_dicts())
 
 
+RECIPE = BUNDLED_DIR / "training_recipe.yaml"
+
+
 @pytest.mark.skipif(not BUNDLED_CHECKPOINT.is_file(), reason="no bundled checkpoint")
-def test_bundled_checkpoint_stores_the_config_of_train_final_yaml() -> None:
+def test_bundled_checkpoint_stores_the_config_of_the_recipes_final_stage() -> None:
     # its stored configs still hold removed fields, at the values that stayed
     policy = load_checkpoint(BUNDLED_CHECKPOINT)
-    final = load_train_file(BUNDLED_DIR / "train_final.yaml")
+    final = load_train_file(RECIPE, "final")
     assert policy.config == final.model
     assert policy.checkpoint_info["train_config"] == final.train.model_dump(mode="json")
 
 
-def test_the_model_card_names_exactly_the_training_configs_beside_it() -> None:
-    named = set(re.findall(r"\w+\.yaml", (BUNDLED_DIR / "README.md").read_text()))
-    present = {path.name for path in BUNDLED_DIR.glob("*.yaml")}
-    assert named == present
-    for name in sorted(present):
-        assert (
-            load_train_file(BUNDLED_DIR / name).model
-            == load_train_file(BUNDLED_DIR / "train_final.yaml").model
-        ), name
+def test_the_bundled_model_keeps_one_training_config_whose_stages_the_card_runs() -> None:
+    assert [path.name for path in BUNDLED_DIR.glob("*.yaml")] == [RECIPE.name]
+    stages = yaml.safe_load(RECIPE.read_text())["stages"]
+    card = (BUNDLED_DIR / "README.md").read_text()
+    assert set(re.findall(r"--stage (\w+)", card)) == set(stages)
+    for stage in stages:
+        cfg = load_train_file(RECIPE, stage)
+        assert cfg.model == load_train_file(RECIPE, "final").model, stage
+
+
+def test_a_recipe_needs_a_stage_and_a_stage_needs_a_recipe(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"stage = None; expected one of \['final'"):
+        load_train_file(RECIPE)
+    with pytest.raises(ConfigError, match="stage = 'fine_tune'; expected one of"):
+        load_train_file(RECIPE, "fine_tune")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("train:\n  steps: 10\n")
+    assert load_train_file(plain).train.steps == 10
+    with pytest.raises(ConfigError, match="no 'stages:' section"):
+        load_train_file(plain, "final")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  steps: 10\nstages:\n  a:\n    steps: -1\n")
+    with pytest.raises(ConfigError, match="steps"):
+        load_train_file(bad, "a")
 
 
 # a value of each removed field that means its feature was used

@@ -210,19 +210,43 @@ def drop_removed_fields(
     return kept
 
 
-def load_train_file(path: str | Path) -> TrainFileConfig:
+def load_train_file(path: str | Path, stage: str | None = None) -> TrainFileConfig:
     """Load a training YAML; errors name the file, the field, the value and the bound.
+
+    A recipe file has a ``stages:`` mapping besides ``model:`` and ``train:``:
+    each stage's fields override ``train:``, and ``stage`` names the one to run.
 
     Raises:
         RemovedFeatureError: a section sets a removed field to another value than
             the hard-wired one.
-        ConfigError: any other invalid field.
+        ConfigError: any other invalid field; a recipe without ``stage``, a
+            ``stage`` the file does not have, or a ``stage`` for a file without stages.
     """
     data: dict[str, Any] = load_yaml_file(path)
+    stages = data.pop("stages", None)
+    if stages is not None or stage is not None:
+        data["train"] = _stage_train(path, data.get("train") or {}, stages, stage)
     for section, removed in (("model", REMOVED_MODEL_FIELDS), ("train", REMOVED_TRAIN_FIELDS)):
         if isinstance(data.get(section), dict):
             data[section] = drop_removed_fields(data[section], removed, f"{path}: {section}")
     return validate_params(TrainFileConfig, data, str(path))
+
+
+def _stage_train(
+    path: str | Path, train: Any, stages: Any, stage: str | None
+) -> dict[str, Any]:
+    """``train:`` with stage ``stage``'s fields over it."""
+    if stages is None:
+        raise ConfigError(f"{path}: stage = {stage!r}, but the file has no 'stages:' section")
+    if not isinstance(stages, dict) or not all(isinstance(v, dict) for v in stages.values()):
+        raise ConfigError(f"{path}: stages must map each stage name to its train fields")
+    if stage not in stages:
+        raise ConfigError(
+            f"{path}: stage = {stage!r}; expected one of {sorted(stages)} (--stage NAME)"
+        )
+    if not isinstance(train, dict):
+        raise ConfigError(f"{path}: train must be a mapping, got {type(train).__name__}")
+    return {**train, **stages[stage]}
 
 
 def policy_config_from_dict(data: dict[str, Any], source: str = "checkpoint") -> PolicyConfig:

@@ -1,6 +1,6 @@
 """``vla-edge train``: fit the policy to recorded demonstrations.
 
-``vla-edge train --data DIR --out CKPT [--config YAML] [--steps N] [--resume]``
+``vla-edge train --data DIR --out CKPT [--config YAML [--stage NAME]] [--steps N] [--resume]``
 
 * Normalisation statistics come from the training episodes and are saved in
   the checkpoint; a few episodes per task are held out for the validation loss
@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from vla_edge.core.errors import CheckpointError
+from vla_edge.core.errors import CheckpointError, ConfigError
 from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, load_train_file
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
 from vla_edge.policy.model import (
@@ -486,6 +486,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, help="HDF5 file or folder of demonstrations")
     parser.add_argument("--out", required=True, help="checkpoint file to write (.pt)")
     parser.add_argument("--config", help="training YAML with 'model:' and 'train:' sections")
+    parser.add_argument(
+        "--stage", help="the stage of a recipe YAML (its 'stages:' entry overrides 'train:')"
+    )
     parser.add_argument("--steps", type=int, help="override train.steps")
     parser.add_argument("--resume", action="store_true", help="continue from --out if it exists")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -496,7 +499,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``vla-edge train``."""
-    file_cfg = load_train_file(args.config) if args.config else TrainFileConfig()
+    if args.stage is not None and not args.config:
+        raise ConfigError(f"--stage {args.stage} needs --config RECIPE.yaml")
+    file_cfg = load_train_file(args.config, args.stage) if args.config else TrainFileConfig()
     if args.steps is not None:
         file_cfg.train.steps = args.steps
     summary = train(
