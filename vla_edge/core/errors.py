@@ -13,6 +13,10 @@ class RemovedFeatureError(ConfigError):
     """A config or checkpoint sets a removed field to other than the value the code hard-wires."""
 
 
+class ActionSpaceError(ConfigError):
+    """A policy's action space is malformed, or the robot cannot execute it."""
+
+
 class ManifestMismatchError(VlaEdgeError):
     """An exported artifact's manifest does not match what it is asked to do."""
 
