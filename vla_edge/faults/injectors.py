@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,10 @@ class Injector:
     def estop_pressed(self, t_s: float) -> bool:
         """Whether the e-stop button is held down at ``t_s``."""
         return False
+
+    def run_inference(self, call: Callable[[], ActionChunk], t_s: float) -> ActionChunk:
+        """Run the runner (``call``) for an inference started at ``t_s``."""
+        return call()
 
 
 def _affects(frame: Observation, cameras: Sequence[str]) -> bool:
@@ -268,6 +273,15 @@ class CpuAffinityCap(Injector):
             yield True
         finally:
             os.sched_setaffinity(0, before)
+
+    def run_inference(self, call: Callable[[], ActionChunk], t_s: float) -> ActionChunk:
+        """Run the runner pinned while the fault is active; record its wall time."""
+        with self.pinned(t_s) as capped:
+            start = time.perf_counter()
+            chunk = call()
+            wall_s = time.perf_counter() - start
+        self.record_wall_s(wall_s, capped)
+        return chunk
 
     def record_wall_s(self, wall_s: float, capped: bool) -> None:
         """Record one inference's wall time, capped or not."""

@@ -1,7 +1,9 @@
 """Closed-loop evaluation in virtual time.
 
 The evaluator runs the robot's own controller and safety cores against the
-MuJoCo tabletop. Time is the simulator's: a chunk computed from the
+MuJoCo tabletop in the closed loop the fault harness runs too
+(:mod:`vla_edge.sim.closed_loop`), without faults and with the scene rendered
+when inference starts. Time is the simulator's: a chunk computed from the
 observation taken at ``t`` is handed to the controller at ``t + delay_s``, so
 results are deterministic and independent of this machine's speed, while the
 chunk keeps the observation's stamp (its age on arrival is ``delay_s``).
@@ -23,7 +25,6 @@ Execution schemes compared side by side:
 from __future__ import annotations
 
 import math
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,13 +34,9 @@ from typing import Any
 import numpy as np
 
 from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
-from vla_edge.control.controller import Controller
-from vla_edge.core.clock import TIME_EPS_S
-from vla_edge.core.errors import ChunkRejectedError, ConfigError
-from vla_edge.core.types import ActionChunk, Observation
-from vla_edge.inference.prefix import prefix_from_plan
-from vla_edge.runners.base import Runner, start_noise
-from vla_edge.safety.supervisor import SafetySupervisor
+from vla_edge.core.errors import ConfigError
+from vla_edge.runners.base import Runner
+from vla_edge.sim.closed_loop import ClosedLoop, LoopSettings, SyncBroker
 
 SCHEMES = ("async", "sync", "lerobot")
 
@@ -138,6 +135,16 @@ def _boundary_jump(commands: list[np.ndarray], tick_index: int, period_s: float)
     return float(np.max(np.abs(v_after - v_before)))
 
 
+def loop_settings_for(settings: EvalSettings) -> LoopSettings:
+    """The closed loop of an evaluation: no faults, the scene rendered when inference starts."""
+    return LoopSettings(
+        delay_s=settings.delay_s,
+        noise_scale=settings.noise_scale,
+        cameras="on_request",
+        broker=SyncBroker(settings.replan_steps) if settings.scheme == "sync" else None,
+    )
+
+
 def run_episode(
     env: Any,
     runner: Runner,
@@ -155,105 +162,31 @@ def run_episode(
         if settings.instructions == "canonical"
         else task.paraphrases[init_state_id % len(task.paraphrases)]
     )
-    obs = env.reset(task.name, init_state_id, instruction=instruction)
     spec = runner.spec
     cfg = controller_config_for(controller_base, settings, spec.chunk_horizon, spec.dt_action_s)
     period_s = 1.0 / cfg.rate_hz
-    controller = Controller(cfg, initial_positions=obs.state.copy())
-    safety = SafetySupervisor(safety_config, initial_positions=obs.state.copy())
+    loop = ClosedLoop(env, runner, cfg, safety_config, loop_settings_for(settings))
+    loop.reset(task.name, init_state_id, rng, instruction=instruction)
 
-    pending: tuple[float, ActionChunk] | None = None
-    chunks = rejected = hold_ticks = 0
-    inference_ms: list[float] = []
+    hold_ticks = 0
     raw_commands: list[np.ndarray] = []
     boundary_jump = 0.0
-    sync_steps_left = 0
     budget_s = float(task.max_duration_s)
     success = False
     next_success_check_s = 0.0
     next_frame_s = 0.0
-    tick = 0
     last_arrival_tick: int | None = None
-
-    inferred_at_tick: int | None = None
+    tick = 0
     while env.time_s < budget_s:
-        now = env.time_s
-        state = env.observe(render=False).state
-        safety.on_joint_state(state, now)
-
-        # 1. deliver a chunk whose (virtual) inference has finished
-        if pending is not None and now + TIME_EPS_S >= pending[0]:
-            chunk = pending[1]
-            pending = None
-            if settings.scheme == "sync":
-                # openpi's broker executes a chunk from its first step when it arrives
-                chunk = ActionChunk(
-                    t_obs_s=now,
-                    dt_action_s=chunk.dt_action_s,
-                    joint_names=chunk.joint_names,
-                    positions=chunk.positions[: settings.replan_steps + 1],
-                    timings_ms=chunk.timings_ms,
-                )
-                sync_steps_left = settings.replan_steps
-            try:
-                controller.submit(chunk, now)
-                chunks += 1
-                last_arrival_tick = tick
-            except ChunkRejectedError:
-                rejected += 1
-
-        # 2. start an inference when the scheme asks for one and none is in flight
-        if pending is None:
-            if settings.scheme == "sync":
-                want = controller.buffered_steps(now) == 0 or (chunks == 0)
-                want = want and sync_steps_left >= 0
-            else:
-                want = chunks == 0 and rejected == 0 or controller.needs_inference(now)
-            # One inference per tick: at delay 0 a chunk is delivered on the tick it
-            # was asked for, and one the controller refuses must not be asked for
-            # again at the same instant (a policy whose chunks are all refused
-            # would never let virtual time advance).
-            if want and inferred_at_tick != tick:
-                inferred_at_tick = tick
-                obs = env.observe(render=True)
-                obs = Observation(
-                    stamp_s=obs.stamp_s, images=obs.images, state=obs.state, instruction=instruction
-                )
-                prefix, prefix_len = None, 0
-                if settings.scheme == "async" and spec.supports_prefix:
-                    # the observation is taken now, in virtual time
-                    prefix, prefix_len = prefix_from_plan(
-                        controller.prefix_plan(now),
-                        now,
-                        spec.chunk_horizon,
-                        spec.dt_action_s,
-                        now,
-                        settings.delay_s,
-                    )
-                noise = start_noise(rng, spec.chunk_horizon, spec.action_dim, settings.noise_scale)
-                t0 = time.perf_counter()
-                try:
-                    chunk = runner.infer(
-                        obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len
-                    )
-                except ChunkRejectedError:  # the runner refused its own output (NaN)
-                    rejected += 1
-                    chunk = None
-                inference_ms.append((time.perf_counter() - t0) * 1e3)
-                if chunk is not None:
-                    pending = (now + settings.delay_s, chunk)
-                    if settings.delay_s == 0.0:
-                        continue  # deliver it on this very tick
-
-        # 3. sample the controller, filter through safety, apply
-        command = controller.step(now, measured_positions=state)
-        raw_commands.append(np.asarray(command.positions, dtype=np.float64).copy())
+        step = loop.tick()
+        if step.arrived:
+            last_arrival_tick = tick
+        command = step.command.positions if step.command is not None else step.safe
+        raw_commands.append(np.asarray(command, dtype=np.float64).copy())
         if last_arrival_tick is not None and tick == last_arrival_tick + 1:
             boundary_jump = max(boundary_jump, _boundary_jump(raw_commands, tick, period_s))
-        if controller.holding:
+        if loop.controller is not None and loop.controller.core.holding:
             hold_ticks += 1
-        safe = safety.filter(command, now)
-        env.step(safe)
         tick += 1
 
         if video_frames is not None and env.time_s >= next_frame_s:
@@ -267,20 +200,21 @@ def run_episode(
                 success = True
                 break
 
+    controller = loop.controller
     return EpisodeResult(
         task=task.name,
         init_state_id=init_state_id,
         success=success,
         steps=int(round(env.time_s / spec.dt_action_s)),
         time_s=float(env.time_s),
-        chunks=chunks,
-        rejected=rejected,
+        chunks=loop.accepted,
+        rejected=loop.rejected + loop.runner_refused,
         hold_ticks=hold_ticks,
         penetrating_contacts=int(env.penetrating_contacts()),
         max_boundary_velocity_jump=boundary_jump,
-        safety_counters=dict(safety.counters),
-        controller_counters=dict(controller.counters),
-        inference_ms=inference_ms,
+        safety_counters=dict(loop.safety.counters),
+        controller_counters=dict(controller.core.counters) if controller is not None else {},
+        inference_ms=loop.inference_wall_ms,
     )
 
 
