@@ -272,6 +272,8 @@ class InferenceNode(Node):
             except InvalidObservationError as exc:
                 self.bad_input.record(getattr(exc, "reason", "observation"), str(exc))
             except Exception as exc:  # noqa: BLE001 - the node must survive any runner failure
+                if self._stop.is_set() or not self.context.ok():
+                    return  # publishing raced with shutdown: the publishers are gone
                 self._record_error(exc)
 
     def _record_error(self, exc: Exception) -> None:
@@ -308,6 +310,8 @@ class InferenceNode(Node):
         chunk = self.runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len)
         wall_ms = (time.perf_counter() - wall0) * 1e3
         publish_s = self._now_s()
+        if not self.context.ok():
+            return  # shutting down
         self.chunk_pub.publish(chunk_to_trajectory(chunk))
         self.slot.mark_published(publish_s)
         with self._stats_lock:

@@ -42,6 +42,8 @@ from vla_edge.nodes.process_group import stop_all
 from vla_edge.sim.tasks import check_task
 
 STOP_TIMEOUT_S = 5.0
+# log lines shown for a node that needed more than SIGINT: its threads' stacks fit
+STOP_LOG_LINES = 120
 DEFAULT_ENV = {
     "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
     "MUJOCO_GL": "egl",
@@ -479,7 +481,8 @@ def run_graph(
         for name, sig in processes.stop_escalations.items():
             announce(
                 f"node {name} did not stop within {STOP_TIMEOUT_S:.0f} s of SIGINT; "
-                f"sent {sig}:\n{processes.log_tail(name)}"
+                f"sent {sig}; the end of its log (a SIGTERM writes every thread's stack "
+                f"there):\n{processes.log_tail(name, lines=STOP_LOG_LINES)}"
             )
     metrics = collect_metrics(monitor, task, max_chunk_age_s, rss_start, rss_end)
     metrics.update(
