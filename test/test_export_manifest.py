@@ -33,18 +33,28 @@ def test_manifest_with_wrong_chunk_horizon_is_refused_naming_the_field(onnx_dir,
     bad = _edit(onnx_dir, tmp_path / "x", lambda d: _set_h(d, 12))
     with pytest.raises(ManifestMismatchError, match="chunk_horizon") as err:
         OnnxRunner(bad)
-    assert "[1, 10, 7]" in str(err.value) and "[1, 12, 7]" in str(err.value)
+    assert "host.noise.shape = [1, 10, 7]" in str(err.value) and "[1, 12, 7]" in str(err.value)
 
 
 def test_manifest_with_wrong_camera_count_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
     def three_cameras(d):
         d["cameras"] = ["agentview", "wrist", "side"]
-        d["context_tokens"] = 3 * d["visual_tokens_per_camera"] + 2
 
     bad = _edit(onnx_dir, tmp_path / "x", three_cameras)
-    with pytest.raises(ManifestMismatchError, match="cameras") as err:
+    with pytest.raises(ManifestMismatchError, match="field cameras") as err:
         load_manifest(bad)
-    assert "stages.vision_encoder.inputs.images.shape = [2, 3, 32, 32]" in str(err.value)
+    assert "host.images.slots map the cameras ['agentview', 'wrist']" in str(err.value)
+
+    def three_slots(d):
+        three_cameras(d)
+        d["host"]["images"]["slots"].append({"name": "side", "camera": "side"})
+
+    bad = _edit(onnx_dir, tmp_path / "y", three_slots)
+    with pytest.raises(
+        ManifestMismatchError, match="host.images.shape = \\[2, 3, 32, 32\\]"
+    ) as err:
+        load_manifest(bad)
+    assert "imply [3, 3, 32, 32]" in str(err.value)
 
 
 def test_manifest_with_wrong_dtype_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
@@ -52,8 +62,9 @@ def test_manifest_with_wrong_dtype_is_refused_naming_the_field(onnx_dir, tmp_pat
         d["stages"]["vision_encoder"]["inputs"][0]["dtype"] = "float16"
 
     bad = _edit(onnx_dir, tmp_path / "x", half_images)
-    with pytest.raises(ManifestMismatchError, match=r"images\.dtype = 'float16'"):
+    with pytest.raises(ManifestMismatchError, match=r"images\.dtype = 'float16'") as err:
         OnnxRunner(bad)
+    assert "its source host.images has 'float32'" in str(err.value)
 
 
 def test_manifest_with_wrong_image_size_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
@@ -67,6 +78,9 @@ def test_manifest_consistent_with_itself_but_not_with_its_program_is_refused(
 ) -> None:
     def horizon_12_everywhere(d):
         d["chunk_horizon"] = 12
+        for name in ("noise", "prefix_actions"):
+            d["host"][name]["shape"] = [1, 12, 7]
+        d["host"]["prefix_mask"]["shape"] = [1, 12]
         for stage in ("action_head",):
             for t in d["stages"][stage]["inputs"] + d["stages"][stage]["outputs"]:
                 if t["name"] in ("noise", "prefix_actions", "actions_norm"):

@@ -305,13 +305,20 @@ def run_worker(policy: Path, threads: int, args: argparse.Namespace) -> dict[str
 
 
 def artifact_bytes(folder: Path) -> dict[str, Any]:
-    """Bytes per stage program, the total and the policy stages without the language encoder."""
+    """Bytes per stage program, the total and the per-observation (policy) stages alone.
+
+    The per-instruction stages (the bundled language encoder) run once per
+    instruction and are left out of ``policy_stages``.
+    """
     manifest = json.loads((folder / "manifest.json").read_text())
     per_stage = {name: int(s["bytes"]) for name, s in manifest["stages"].items()}
+    per_instruction = {
+        name for name, s in manifest["stages"].items() if s.get("rate") == "per_instruction"
+    }
     return {
         "stages": per_stage,
         "total": sum(per_stage.values()),
-        "policy_stages": sum(v for k, v in per_stage.items() if k != "language_encoder"),
+        "policy_stages": sum(v for k, v in per_stage.items() if k not in per_instruction),
         "stage_quant": {name: s["quant"] for name, s in manifest["stages"].items()},
     }
 

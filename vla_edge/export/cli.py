@@ -2,7 +2,10 @@
 
 ``vla-edge export --checkpoint CKPT --backend onnx|executorch --quant fp32|8da4w --out DIR``
 
-``--checkpoint bundled`` names the shipped model. ``--untrained-config YAML``
+The manifest is format ``vla_edge.export.v2`` (:mod:`vla_edge.export.manifest`):
+the stages declare their tensors, so the runners need no code of the
+architecture; an older export is refused by them and is re-exported with this
+command. ``--checkpoint bundled`` names the shipped model. ``--untrained-config YAML``
 exports freshly initialised weights of a model config instead (for timing at
 other input sizes; the manifest records ``source.trained = false``).
 

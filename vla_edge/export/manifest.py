@@ -1,32 +1,44 @@
-"""``manifest.json``: what an export directory holds and the contract its programs obey.
+"""``manifest.json``: what an export directory holds and the stage contract its programs obey.
 
 Written by the exporter, read and validated by the ONNX Runtime and ExecuTorch
 runners. This module imports numpy and the standard library only, so a
 torch-free runner can load it.
 
-Layout (``MANIFEST_FORMAT``)::
+Layout (``MANIFEST_FORMAT``, ``vla_edge.export.v2``): the stages declare their
+own tensors, so one runner per backend runs any architecture::
 
-    {"format": "vla_edge.export.v1", "backend": "onnx" | "executorch",
-     "quant": "fp32" | "8da4w",
+    {"format": "vla_edge.export.v2", "architecture": "bundled",
+     "backend": "onnx" | "executorch", "quant": "fp32" | "8da4w",
+     "stage_order": ["language_encoder", "vision_encoder", "fusion", "action_head"],
      "stages": {STAGE: {"file", "backend", "quant", "bytes", "sha256",
-                        "inputs": [{"name", "shape", "dtype"}], "outputs": [...],
-                        "delegation": {...} (ExecuTorch only)}},
-     "joint_names", "delta_actions", "cameras", "image_height", "image_width",
-     "chunk_horizon", "dt_action_s", "flow_steps", "max_prefix_len",
-     "max_instruction_tokens", "language_dim", "d_model",
-     "visual_tokens_per_camera", "context_tokens",
-     "norm_stats": {"state_mean", "state_std", "action_mean", "action_std"},
-     "tokenizer": {"file", "sha256"},
-     "source": {"checkpoint", "checkpoint_sha256", "weights_sha256", "source_hash",
-                "step", "trained"},
-     "exporter": {"torch", "executorch", "onnx", "onnxruntime", ...},
-     "model_config": {...}, "created_utc": ...}
+                        "rate": "per_instruction" | "per_observation",
+                        "inputs": [{"name", "shape", "dtype", "source"}],
+                        "outputs": [{"name", "shape", "dtype"}], ...}},
+     "output": "action_head.actions_norm",
+     "host": {"images": {"shape", "dtype", "slots": [{"name", "camera"}],
+                         "pixel_range": [0.0, 1.0] | [-1.0, 1.0],
+                         "resize": "stretch" | "pad"},
+              "image_mask", "state", "noise", "prefix_actions", "prefix_mask": {"shape", "dtype"},
+              "token_ids": {"shape", "dtype", "tokenizer": {"kind", "file", "sha256"}},
+              "token_mask": {"shape", "dtype"}},
+     "normalisation": {"kind": "mean_std" | "quantile", "epsilon",
+                       "state": {...}, "actions": {...}, "delta_actions": [...]},
+     "joint_names", "action_dim", "chunk_horizon", "dt_action_s", "flow_steps",
+     "cameras", "image_height", "image_width",
+     "source": {...}, "exporter": {...}, ...architecture-specific fields}
 
-Every stage's inputs and outputs follow from the top-level fields
-(:func:`expected_stage_io`); :func:`load_manifest` refuses a manifest whose
-stages disagree with them, and the runners refuse a program whose real
-inputs disagree with the manifest, each time with a
-:class:`ManifestMismatchError` naming the field.
+An input's ``source`` is ``host:<name>`` (a tensor the runner's numpy
+preprocessing makes, :data:`HOST_INPUTS`, declared in ``host``) or
+``stage:<stage>.<output>`` (an output of an earlier stage in
+``stage_order``). ``output`` names the stage output decoded into the chunk:
+``[1, H, A]`` normalised actions of which the first ``N = len(joint_names)``
+dimensions are used (a model padded to ``A`` ignores the rest).
+
+:func:`load_manifest` refuses a manifest whose fields, sources, shapes or
+files disagree; :func:`check_program_io` refuses a program whose real inputs
+and outputs disagree with it; each time a :class:`ManifestMismatchError`
+names the field. An export in an older format is refused with the command
+that re-exports it.
 """
 
 from __future__ import annotations
@@ -39,29 +51,51 @@ from typing import Any
 
 import numpy as np
 
-from vla_edge.core.errors import ConfigError, ManifestMismatchError
-from vla_edge.policy.normalize import NormStats
+from vla_edge.core.errors import ManifestMismatchError
+from vla_edge.export.normalisation import HostCodec, codec_from_section
 
-MANIFEST_FORMAT = "vla_edge.export.v1"
+MANIFEST_FORMAT = "vla_edge.export.v2"
+OLD_FORMATS = ("vla_edge.export.v1",)
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_NAME = "tokenizer.json"
-STAGE_NAMES = ("language_encoder", "vision_encoder", "fusion", "action_head")
 BACKENDS = ("onnx", "executorch")
 QUANTS = ("fp32", "8da4w")
 STAGE_SUFFIX = {"onnx": ".onnx", "executorch": ".pte"}
+RATES = ("per_instruction", "per_observation")
+HOST_INPUTS = (
+    "images",
+    "image_mask",
+    "token_ids",
+    "token_mask",
+    "state",
+    "noise",
+    "prefix_actions",
+    "prefix_mask",
+)
+"""Tensors the runner's numpy preprocessing makes (a stage input's ``host:<name>``)."""
+INSTRUCTION_INPUTS = ("token_ids", "token_mask")
+"""Host inputs that depend on the instruction only (a ``per_instruction`` stage may read them)."""
+PIXEL_RANGES = ((0.0, 1.0), (-1.0, 1.0))
+RESIZE_MODES = ("stretch", "pad")
+TOKENIZER_KINDS = ("wordpiece",)
+"""Tokenizers the runners read (``wordpiece``: a ``tokenizers`` ``tokenizer.json``)."""
 
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, shape and dtype (numpy name) of one program input or output."""
+    """Name, shape, dtype (numpy name) and, for a stage input, the source of one tensor."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
+    source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.source is not None:
+            out["source"] = self.source
+        return out
 
 
 @dataclass(frozen=True)
@@ -72,6 +106,7 @@ class StageSpec:
     file: str
     backend: str
     quant: str
+    rate: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
 
@@ -83,7 +118,8 @@ class Manifest:
     directory: Path
     data: dict[str, Any]
     stages: dict[str, StageSpec]
-    norm_stats: NormStats
+    host: dict[str, TensorSpec]
+    codec: HostCodec
 
     @property
     def backend(self) -> str:
@@ -95,6 +131,22 @@ class Manifest:
         """Quantisation of the policy stages."""
         return str(self.data["quant"])
 
+    @property
+    def architecture(self) -> str:
+        """The architecture the programs were exported from (``bundled``, ``pi0``, ...)."""
+        return str(self.data["architecture"])
+
+    @property
+    def stage_order(self) -> tuple[str, ...]:
+        """Stage names in run order."""
+        return tuple(self.data["stage_order"])
+
+    @property
+    def output(self) -> tuple[str, str]:
+        """``(stage, output name)`` of the normalised action chunk."""
+        stage, _, name = str(self.data["output"]).partition(".")
+        return stage, name
+
     def field(self, name: str) -> Any:
         """A top-level field."""
         return self.data[name]
@@ -104,94 +156,47 @@ class Manifest:
         return self.directory / self.stages[stage].file
 
     @property
-    def tokenizer_path(self) -> Path:
+    def tokenizer(self) -> dict[str, Any] | None:
+        """``host.token_ids.tokenizer`` (``None`` when no stage reads tokens)."""
+        entry = self.data["host"].get("token_ids")
+        return None if entry is None else entry["tokenizer"]
+
+    @property
+    def tokenizer_path(self) -> Path | None:
         """Path of the tokenizer file copied beside the programs."""
-        return self.directory / self.data["tokenizer"]["file"]
+        tok = self.tokenizer
+        return None if tok is None else self.directory / tok["file"]
 
 
-def expected_stage_io(
-    fields: dict[str, Any],
-) -> dict[str, tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
-    """Inputs and outputs of every stage implied by the manifest's top-level fields."""
-    n_cams = len(fields["cameras"])
-    h, w = int(fields["image_height"]), int(fields["image_width"])
-    t_v, d = int(fields["visual_tokens_per_camera"]), int(fields["d_model"])
-    t_c = int(fields["context_tokens"])
-    horizon, a = int(fields["chunk_horizon"]), len(fields["joint_names"])
-    length, lang = int(fields["max_instruction_tokens"]), int(fields["language_dim"])
-    f32, i64 = "float32", "int64"
-    return {
-        "language_encoder": (
-            (
-                TensorSpec("input_ids", (1, length), i64),
-                TensorSpec("attention_mask", (1, length), i64),
-            ),
-            (TensorSpec("lang", (1, lang), f32),),
-        ),
-        "vision_encoder": (
-            (TensorSpec("images", (n_cams, 3, h, w), f32),),
-            (TensorSpec("visual_tokens", (n_cams, t_v, d), f32),),
-        ),
-        "fusion": (
-            (
-                TensorSpec("visual_tokens", (n_cams, t_v, d), f32),
-                TensorSpec("lang", (1, lang), f32),
-                TensorSpec("state_norm", (1, a), f32),
-            ),
-            (TensorSpec("context", (1, t_c, d), f32),),
-        ),
-        "action_head": (
-            (
-                TensorSpec("context", (1, t_c, d), f32),
-                TensorSpec("noise", (1, horizon, a), f32),
-                TensorSpec("prefix_actions", (1, horizon, a), f32),
-                TensorSpec("prefix_mask", (1, horizon), f32),
-            ),
-            (TensorSpec("actions_norm", (1, horizon, a), f32),),
-        ),
-    }
-
-
-# field -> (type, description) of the top-level fields every manifest must carry
+# top-level field -> type every v2 manifest must carry
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "format": str,
+    "architecture": str,
     "backend": str,
     "quant": str,
+    "stage_order": list,
     "stages": dict,
+    "output": str,
+    "host": dict,
+    "normalisation": dict,
     "joint_names": list,
-    "delta_actions": list,
-    "cameras": list,
-    "image_height": int,
-    "image_width": int,
+    "action_dim": int,
     "chunk_horizon": int,
     "dt_action_s": (int, float),
     "flow_steps": int,
-    "max_prefix_len": int,
-    "max_instruction_tokens": int,
-    "language_dim": int,
-    "d_model": int,
-    "visual_tokens_per_camera": int,
-    "context_tokens": int,
-    "norm_stats": dict,
-    "tokenizer": dict,
+    "cameras": list,
+    "image_height": int,
+    "image_width": int,
     "source": dict,
     "exporter": dict,
 }
 
-# which top-level fields each stage tensor's shape depends on (named in errors)
-_SHAPE_FIELDS: dict[str, str] = {
-    "input_ids": "max_instruction_tokens",
-    "attention_mask": "max_instruction_tokens",
-    "lang": "language_dim",
-    "images": "cameras, image_height, image_width",
-    "visual_tokens": "cameras, visual_tokens_per_camera, d_model",
-    "state_norm": "joint_names",
-    "context": "context_tokens, d_model",
-    "noise": "chunk_horizon, joint_names",
-    "prefix_actions": "chunk_horizon, joint_names",
-    "prefix_mask": "chunk_horizon",
-    "actions_norm": "chunk_horizon, joint_names",
-}
+
+def reexport_hint(directory: Path) -> str:
+    """The command that writes a current export into ``directory``."""
+    return (
+        f"re-export it with `vla-edge export --checkpoint CKPT --backend onnx|executorch "
+        f"--quant fp32|8da4w --out {directory}`"
+    )
 
 
 def file_sha256(path: Path) -> str:
@@ -222,9 +227,9 @@ def load_manifest(directory: str | Path) -> Manifest:
     """Read and validate ``directory/manifest.json``.
 
     Raises:
-        ManifestMismatchError: missing file, unreadable JSON, a missing or
-            ill-typed field, or stage inputs/outputs that contradict the
-            top-level fields; the message names the field.
+        ManifestMismatchError: missing file, unreadable JSON, an old format, a
+            missing or ill-typed field, a stage input whose source is missing or
+            differs, or a file that is not there; the message names the field.
     """
     directory = Path(directory)
     path = directory / MANIFEST_NAME
@@ -238,10 +243,21 @@ def load_manifest(directory: str | Path) -> Manifest:
 
 
 def validate_manifest(directory: Path, data: Any) -> Manifest:
-    """Check fields, types, stage files and the stage I/O contract; build a :class:`Manifest`."""
+    """Check fields, files, host tensors and the stage dataflow; build a :class:`Manifest`."""
     where = f"{directory / MANIFEST_NAME}"
     if not isinstance(data, dict):
         raise ManifestMismatchError(f"{where}: top level is {type(data).__name__}, expected object")
+    fmt = data.get("format")
+    if fmt in OLD_FORMATS:
+        raise ManifestMismatchError(
+            f"{where}: field format = {fmt!r} is an export of an older vla_edge whose stages do "
+            f"not declare their tensors (expected {MANIFEST_FORMAT!r}); {reexport_hint(directory)}"
+        )
+    if fmt != MANIFEST_FORMAT:
+        raise ManifestMismatchError(
+            f"{where}: field format = {fmt!r}, expected {MANIFEST_FORMAT!r}"
+            + ("" if fmt is not None else f"; {reexport_hint(directory)}")
+        )
     for name, kind in _REQUIRED.items():
         if name not in data:
             raise ManifestMismatchError(f"{where}: field {name} is missing")
@@ -251,101 +267,199 @@ def validate_manifest(directory: Path, data: Any) -> Manifest:
                 f"{where}: field {name} = {value!r} has type {type(value).__name__}, "
                 f"expected {getattr(kind, '__name__', kind)}"
             )
-    if data["format"] != MANIFEST_FORMAT:
-        raise ManifestMismatchError(
-            f"{where}: field format = {data['format']!r}, expected {MANIFEST_FORMAT!r}"
-        )
+    if not data["architecture"]:
+        raise ManifestMismatchError(f"{where}: field architecture is empty")
     _check_choice(where, "backend", data["backend"], BACKENDS)
     _check_choice(where, "quant", data["quant"], QUANTS)
-    _check_positive(where, data)
-    a = len(data["joint_names"])
-    if len(data["delta_actions"]) != a:
+    for name in ("image_height", "image_width", "chunk_horizon", "flow_steps", "dt_action_s"):
+        if not data[name] > 0:
+            raise ManifestMismatchError(f"{where}: field {name} = {data[name]!r}, expected > 0")
+    n, a = len(data["joint_names"]), data["action_dim"]
+    if n == 0 or len(set(data["joint_names"])) != n:
         raise ManifestMismatchError(
-            f"{where}: field delta_actions has {len(data['delta_actions'])} entries, "
-            f"expected {a} (one per joint_names entry)"
+            f"{where}: field joint_names = {data['joint_names']} must be non-empty and unique"
+        )
+    if a < n:
+        raise ManifestMismatchError(
+            f"{where}: field action_dim = {a}, expected >= {n} (one per joint_names entry; "
+            "a padded model uses the first len(joint_names) dimensions)"
         )
     if len(set(data["cameras"])) != len(data["cameras"]) or not data["cameras"]:
         raise ManifestMismatchError(
             f"{where}: field cameras = {data['cameras']} must be non-empty and unique"
         )
-    t_c = len(data["cameras"]) * data["visual_tokens_per_camera"] + 2
-    if data["context_tokens"] != t_c:
-        raise ManifestMismatchError(
-            f"{where}: field context_tokens = {data['context_tokens']}, expected {t_c} "
-            f"(cameras = {len(data['cameras'])} x visual_tokens_per_camera = "
-            f"{data['visual_tokens_per_camera']} + 2)"
-        )
-    if data["max_prefix_len"] >= data["chunk_horizon"]:
-        raise ManifestMismatchError(
-            f"{where}: field max_prefix_len = {data['max_prefix_len']} must be < "
-            f"chunk_horizon = {data['chunk_horizon']}"
-        )
     try:
-        stats = NormStats.from_dict(data["norm_stats"], a)
-    except ConfigError as exc:
-        raise ManifestMismatchError(f"{where}: field norm_stats: {exc}") from exc
-    tok = data["tokenizer"].get("file")
-    if not isinstance(tok, str) or not (directory / tok).is_file():
-        raise ManifestMismatchError(
-            f"{where}: field tokenizer.file = {tok!r}: no such file in {directory}"
-        )
-    stages = _validate_stages(where, directory, data)
-    return Manifest(directory=directory, data=data, stages=stages, norm_stats=stats)
+        codec = codec_from_section(data["normalisation"], n)
+    except ManifestMismatchError as exc:
+        raise ManifestMismatchError(f"{where}: {exc}") from exc
+    host = _validate_host(where, directory, data)
+    stages = _validate_stages(where, directory, data, host)
+    _validate_output(where, data, stages)
+    return Manifest(directory=directory, data=data, stages=stages, host=host, codec=codec)
 
 
-def _check_choice(where: str, name: str, value: Any, allowed: tuple[str, ...]) -> None:
+def _check_choice(where: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:
     if value not in allowed:
         raise ManifestMismatchError(f"{where}: field {name} = {value!r}, expected one of {allowed}")
 
 
-def _check_positive(where: str, data: dict[str, Any]) -> None:
-    for name in (
-        "image_height",
-        "image_width",
-        "chunk_horizon",
-        "flow_steps",
-        "max_instruction_tokens",
-        "language_dim",
-        "d_model",
-        "visual_tokens_per_camera",
-        "dt_action_s",
-    ):
-        if not data[name] > 0:
-            raise ManifestMismatchError(f"{where}: field {name} = {data[name]!r}, expected > 0")
+def _tensor_spec(where: str, field: str, item: Any, name: str | None = None) -> TensorSpec:
+    try:
+        shape = tuple(int(s) for s in item["shape"])
+        dtype = item["dtype"]
+        if not isinstance(dtype, str) or any(s <= 0 for s in shape):
+            raise ValueError(dtype)
+        return TensorSpec(
+            str(item["name"]) if name is None else name, shape, dtype, item.get("source")
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ManifestMismatchError(
+            f"{where}: field {field} = {item!r} needs "
+            + ("name, " if name is None else "")
+            + "shape (positive ints) and dtype"
+        ) from exc
+
+
+def _expect_shape(where: str, field: str, spec: TensorSpec, shape: tuple, dtype: str, why: str):
+    if spec.dtype != dtype:
+        raise ManifestMismatchError(
+            f"{where}: field {field}.dtype = {spec.dtype!r}, expected {dtype!r}"
+        )
+    if spec.shape != tuple(shape):
+        raise ManifestMismatchError(
+            f"{where}: field {field}.shape = {list(spec.shape)}, but {why} imply {list(shape)}"
+        )
+
+
+def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[str, TensorSpec]:
+    raw = data["host"]
+    unknown = sorted(set(raw) - set(HOST_INPUTS))
+    if unknown:
+        raise ManifestMismatchError(
+            f"{where}: field host.{unknown[0]} is not a host input; expected one of {HOST_INPUTS}"
+        )
+    if "images" not in raw:
+        raise ManifestMismatchError(f"{where}: field host.images is missing")
+    host = {name: _tensor_spec(where, f"host.{name}", raw[name], name) for name in raw}
+    h, a, n = data["chunk_horizon"], data["action_dim"], len(data["joint_names"])
+    images = raw["images"]
+    slots = images.get("slots")
+    if not isinstance(slots, list) or not slots:
+        raise ManifestMismatchError(
+            f"{where}: field host.images.slots = {slots!r}, expected a list of "
+            '{"name", "camera"} (camera: a robot camera name or null for a masked slot)'
+        )
+    for i, slot in enumerate(slots):
+        if not isinstance(slot, dict) or not isinstance(slot.get("name"), str):
+            raise ManifestMismatchError(
+                f"{where}: field host.images.slots[{i}] = {slot!r} needs a name"
+            )
+    mapped = [s.get("camera") for s in slots if s.get("camera") is not None]
+    if mapped != list(data["cameras"]):
+        raise ManifestMismatchError(
+            f"{where}: field cameras = {data['cameras']}, but host.images.slots map the cameras "
+            f"{mapped} (in slot order)"
+        )
+    if any(s.get("camera") is None for s in slots) and "image_mask" not in raw:
+        raise ManifestMismatchError(
+            f"{where}: field host.image_mask is missing, but host.images.slots leave a slot "
+            "without a camera (a missing slot must be masked)"
+        )
+    size = (len(slots), 3, data["image_height"], data["image_width"])
+    _expect_shape(
+        where, "host.images", host["images"], size, "float32",
+        "host.images.slots, image_height and image_width",
+    )  # fmt: skip
+    pixel_range = tuple(float(v) for v in images.get("pixel_range", ()))
+    _check_choice(where, "host.images.pixel_range", pixel_range, PIXEL_RANGES)
+    _check_choice(where, "host.images.resize", images.get("resize"), RESIZE_MODES)
+    if "image_mask" in host:
+        _expect_shape(
+            where, "host.image_mask", host["image_mask"], (len(slots),), "float32",
+            "host.images.slots",
+        )  # fmt: skip
+    if "token_mask" in host and "token_ids" not in host:
+        raise ManifestMismatchError(f"{where}: field host.token_mask needs host.token_ids")
+    if "token_ids" in host:
+        ids = host["token_ids"]
+        if len(ids.shape) != 2 or ids.shape[0] != 1 or ids.dtype != "int64":
+            raise ManifestMismatchError(
+                f"{where}: field host.token_ids = {list(ids.shape)} {ids.dtype}, "
+                "expected [1, max_tokens] int64"
+            )
+        if "token_mask" in host:
+            _expect_shape(
+                where, "host.token_mask", host["token_mask"], ids.shape, "int64",
+                "host.token_ids",
+            )  # fmt: skip
+        tok = raw["token_ids"].get("tokenizer")
+        if not isinstance(tok, dict):
+            raise ManifestMismatchError(
+                f"{where}: field host.token_ids.tokenizer is missing (kind, file, sha256)"
+            )
+        _check_choice(where, "host.token_ids.tokenizer.kind", tok.get("kind"), TOKENIZER_KINDS)
+        file = tok.get("file")
+        if not isinstance(file, str) or not (directory / file).is_file():
+            raise ManifestMismatchError(
+                f"{where}: field host.token_ids.tokenizer.file = {file!r}: no such file in "
+                f"{directory}"
+            )
+        if tok["kind"] == "wordpiece" and file != TOKENIZER_NAME:
+            raise ManifestMismatchError(
+                f"{where}: field host.token_ids.tokenizer.file = {file!r}, expected "
+                f"{TOKENIZER_NAME!r} for a wordpiece tokenizer"
+            )
+    if "state" in host:
+        state = host["state"]
+        if len(state.shape) != 2 or state.shape[0] != 1 or state.shape[1] < n:
+            raise ManifestMismatchError(
+                f"{where}: field host.state.shape = {list(state.shape)}, expected [1, S] with "
+                f"S >= {n} (joint_names; padded with zeros)"
+            )
+        _expect_shape(where, "host.state", state, state.shape, "float32", "host.state")
+    why = "chunk_horizon and action_dim"
+    for name in ("noise", "prefix_actions"):
+        if name in host:
+            _expect_shape(where, f"host.{name}", host[name], (1, h, a), "float32", why)
+    if "prefix_mask" in host:
+        _expect_shape(where, "host.prefix_mask", host["prefix_mask"], (1, h), "float32", why)
+    if ("prefix_actions" in host) != ("prefix_mask" in host):
+        raise ManifestMismatchError(
+            f"{where}: field host declares only one of prefix_actions and prefix_mask"
+        )
+    return host
 
 
 def _tensor_specs(where: str, field: str, items: Any) -> tuple[TensorSpec, ...]:
     if not isinstance(items, list):
         raise ManifestMismatchError(f"{where}: field {field} must be a list of tensors")
-    specs = []
-    for i, item in enumerate(items):
-        try:
-            specs.append(
-                TensorSpec(str(item["name"]), tuple(int(s) for s in item["shape"]), item["dtype"])
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestMismatchError(
-                f"{where}: field {field}[{i}] = {item!r} needs name, shape (ints) and dtype"
-            ) from exc
-    return tuple(specs)
+    specs = tuple(_tensor_spec(where, f"{field}[{i}]", item) for i, item in enumerate(items))
+    names = [t.name for t in specs]
+    if len(set(names)) != len(names):
+        raise ManifestMismatchError(f"{where}: field {field} names = {names} are not unique")
+    return specs
 
 
-def _validate_stages(where: str, directory: Path, data: dict[str, Any]) -> dict[str, StageSpec]:
-    raw = data["stages"]
-    if sorted(raw) != sorted(STAGE_NAMES):
+def _validate_stages(
+    where: str, directory: Path, data: dict[str, Any], host: dict[str, TensorSpec]
+) -> dict[str, StageSpec]:
+    raw, order = data["stages"], data["stage_order"]
+    if len(set(order)) != len(order) or sorted(order) != sorted(raw):
         raise ManifestMismatchError(
-            f"{where}: field stages has {sorted(raw)}, expected {sorted(STAGE_NAMES)}"
+            f"{where}: field stage_order = {order}, expected each of stages {sorted(raw)} once"
         )
-    expected = expected_stage_io(data)
-    stages = {}
-    for name in STAGE_NAMES:
+    stages: dict[str, StageSpec] = {}
+    for name in order:
         entry = raw[name]
         prefix = f"stages.{name}"
-        for key in ("file", "backend", "quant", "inputs", "outputs"):
+        if not isinstance(entry, dict):
+            raise ManifestMismatchError(f"{where}: field {prefix} must be an object")
+        for key in ("file", "backend", "quant", "rate", "inputs", "outputs"):
             if key not in entry:
                 raise ManifestMismatchError(f"{where}: field {prefix}.{key} is missing")
         _check_choice(where, f"{prefix}.backend", entry["backend"], BACKENDS)
         _check_choice(where, f"{prefix}.quant", entry["quant"], QUANTS)
+        _check_choice(where, f"{prefix}.rate", entry["rate"], RATES)
         suffix = STAGE_SUFFIX[entry["backend"]]
         if not str(entry["file"]).endswith(suffix):
             raise ManifestMismatchError(
@@ -358,33 +472,104 @@ def _validate_stages(where: str, directory: Path, data: dict[str, Any]) -> dict[
             )
         inputs = _tensor_specs(where, f"{prefix}.inputs", entry["inputs"])
         outputs = _tensor_specs(where, f"{prefix}.outputs", entry["outputs"])
-        want_in, want_out = expected[name]
-        _compare_specs(where, f"{prefix}.inputs", inputs, want_in)
-        _compare_specs(where, f"{prefix}.outputs", outputs, want_out)
+        if not outputs:
+            raise ManifestMismatchError(f"{where}: field {prefix}.outputs is empty")
+        for tensor in inputs:
+            _check_source(
+                where, f"{prefix}.inputs.{tensor.name}", tensor, entry["rate"], host, stages
+            )
         stages[name] = StageSpec(
-            name, str(entry["file"]), entry["backend"], entry["quant"], inputs, outputs
+            name,
+            str(entry["file"]),
+            entry["backend"],
+            entry["quant"],
+            entry["rate"],
+            inputs,
+            outputs,
         )
     return stages
 
 
-def _compare_specs(
-    where: str, field: str, got: tuple[TensorSpec, ...], want: tuple[TensorSpec, ...]
+def _check_source(
+    where: str,
+    field: str,
+    tensor: TensorSpec,
+    rate: str,
+    host: dict[str, TensorSpec],
+    earlier: dict[str, StageSpec],
 ) -> None:
-    if [t.name for t in got] != [t.name for t in want]:
+    """An input's source exists, precedes it and has its shape and dtype."""
+    source = tensor.source
+    kind, _, rest = (source or "").partition(":")
+    if kind == "host":
+        if rest not in HOST_INPUTS:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.source = {source!r}: {rest!r} is not a host input, "
+                f"expected one of {HOST_INPUTS}"
+            )
+        if rest not in host:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.source = {source!r}, but host.{rest} is not declared"
+            )
+        if rate == "per_instruction" and rest not in INSTRUCTION_INPUTS:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.source = {source!r}: a per_instruction stage may only "
+                f"read {INSTRUCTION_INPUTS} or per_instruction stages' outputs"
+            )
+        produced, origin = host[rest], f"host.{rest}"
+    elif kind == "stage":
+        stage, _, output = rest.partition(".")
+        if stage not in earlier:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.source = {source!r}: no stage {stage!r} runs before it "
+                f"(stage_order so far: {list(earlier)})"
+            )
+        match = [t for t in earlier[stage].outputs if t.name == output]
+        if not match:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.source = {source!r}: stage {stage} has outputs "
+                f"{[t.name for t in earlier[stage].outputs]}"
+            )
+        if rate == "per_instruction" and earlier[stage].rate != "per_instruction":
+            raise ManifestMismatchError(
+                f"{where}: field {field}.source = {source!r}: a per_instruction stage cannot "
+                f"read the per_observation stage {stage}"
+            )
+        produced, origin = match[0], f"stages.{stage}.outputs.{output}"
+    else:
         raise ManifestMismatchError(
-            f"{where}: field {field} names = {[t.name for t in got]}, "
-            f"expected {[t.name for t in want]}"
+            f"{where}: field {field}.source = {source!r}, expected 'host:<name>' or "
+            "'stage:<stage>.<output>'"
         )
-    for g, w in zip(got, want, strict=True):
-        if g.dtype != w.dtype:
-            raise ManifestMismatchError(
-                f"{where}: field {field}.{g.name}.dtype = {g.dtype!r}, expected {w.dtype!r}"
-            )
-        if g.shape != w.shape:
-            raise ManifestMismatchError(
-                f"{where}: field {field}.{g.name}.shape = {list(g.shape)}, but the manifest's "
-                f"{_SHAPE_FIELDS[g.name]} imply {list(w.shape)}"
-            )
+    if produced.dtype != tensor.dtype:
+        raise ManifestMismatchError(
+            f"{where}: field {field}.dtype = {tensor.dtype!r}, but its source {origin} has "
+            f"{produced.dtype!r}"
+        )
+    if produced.shape != tensor.shape:
+        raise ManifestMismatchError(
+            f"{where}: field {field}.shape = {list(tensor.shape)}, but its source {origin} has "
+            f"{list(produced.shape)}"
+        )
+
+
+def _validate_output(where: str, data: dict[str, Any], stages: dict[str, StageSpec]) -> None:
+    stage, _, name = data["output"].partition(".")
+    match = [t for t in stages[stage].outputs if t.name == name] if stage in stages else []
+    if not match:
+        raise ManifestMismatchError(
+            f"{where}: field output = {data['output']!r} names no stage output "
+            f"(expected '<stage>.<output>')"
+        )
+    if stages[stage].rate != "per_observation":
+        raise ManifestMismatchError(
+            f"{where}: field output = {data['output']!r} is made by a per_instruction stage"
+        )
+    want = (1, data["chunk_horizon"], data["action_dim"])
+    _expect_shape(
+        where, f"stages.{stage}.outputs.{name}", match[0], want, "float32",
+        "chunk_horizon and action_dim",
+    )  # fmt: skip
 
 
 def check_program_io(
@@ -428,6 +613,23 @@ def check_program_io(
                     f"field {field}.shape = {list(tensor.shape)} in manifest.json, but program "
                     f"{file} has {list(shape)}"
                 )
+
+
+def check_tokenizer(manifest: Manifest) -> None:
+    """Refuse a tokenizer file whose sha256 differs from the manifest's.
+
+    Raises:
+        ManifestMismatchError: naming ``host.token_ids.tokenizer.sha256``.
+    """
+    tok, path = manifest.tokenizer, manifest.tokenizer_path
+    if tok is None or path is None or "sha256" not in tok:
+        return
+    actual = file_sha256(path)
+    if actual != tok["sha256"]:
+        raise ManifestMismatchError(
+            f"field host.token_ids.tokenizer.sha256 = {tok['sha256']!r} in "
+            f"{manifest.directory / MANIFEST_NAME}, but {path.name} hashes to {actual!r}"
+        )
 
 
 def check_expected_spec(manifest: Manifest, expected: Any) -> None:

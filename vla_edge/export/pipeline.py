@@ -1,6 +1,9 @@
 """Export a policy: one program per stage, the tokenizer, and ``manifest.json``.
 
-:func:`export_policy` writes into ``out_dir``::
+:func:`export_architecture` exports any architecture's stages (each a
+:class:`~vla_edge.export.stages.StageProgram` with its declared tensors) and
+writes the v2 manifest from the architecture's contract;
+:func:`export_policy` does it for the bundled model, writing into ``out_dir``::
 
     language_encoder.{onnx|pte}  vision_encoder.*  fusion.*  action_head.*
     tokenizer.json               manifest.json
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -28,18 +32,27 @@ from vla_edge.export.manifest import (
     BACKENDS,
     MANIFEST_FORMAT,
     QUANTS,
-    STAGE_NAMES,
     STAGE_SUFFIX,
     TOKENIZER_NAME,
+    TensorSpec,
     file_sha256,
     load_manifest,
     write_manifest,
 )
-from vla_edge.export.stages import StageProgram, policy_stages, shape_fields
+from vla_edge.export.stages import (
+    BUNDLED_STAGES,
+    StageProgram,
+    bundled_contract,
+    bundled_stage_io,
+    policy_stages,
+)
 from vla_edge.policy.model import VlaPolicy
 
-EXPORTER_REVISION = 3
-"""Bumped when the exporter's output changes for the same model and package versions."""
+EXPORTER_REVISION = 4
+"""Bumped when the exporter's output changes for the same model and package versions.
+
+4: manifest format v2 (the stages declare their tensors).
+"""
 
 LANGUAGE_EXPORTER_REVISION = 3
 """The same for the language program alone (a matching one may be reused).
@@ -94,27 +107,38 @@ def _source_info(policy: VlaPolicy, checkpoint: Path | None) -> dict[str, Any]:
     }
 
 
-def _run_program(backend: str, path: Path, inputs: tuple[torch.Tensor, ...]) -> np.ndarray:
-    """Run a freshly written program once (export-time check)."""
+def _as_outputs(value: Any) -> list[np.ndarray]:
+    """A module's or program's output(s) as a list of numpy arrays."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    return [np.asarray(t.numpy() if isinstance(t, torch.Tensor) else t) for t in items]
+
+
+def _run_program(backend: str, path: Path, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    """Run a freshly written program once (export-time check); every output."""
     if backend == "onnx":
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         feeds = {meta.name: t.numpy() for meta, t in zip(session.get_inputs(), inputs, strict=True)}
-        return np.asarray(session.run(None, feeds)[0])
+        return _as_outputs(session.run(None, feeds))
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
     module = _load_for_executorch(str(path))
-    return module.forward([t.contiguous() for t in inputs])[0].numpy()
+    return _as_outputs(module.forward([t.contiguous() for t in inputs]))
 
 
-def _export_stage(
+def export_stage(
     stage: StageProgram,
     backend: str,
     quant: str,
     out_dir: Path,
     calibration: list[tuple[torch.Tensor, ...]] | None = None,
 ) -> dict[str, Any]:
+    """Write one stage's program and return its manifest entry.
+
+    The program is run once on the example inputs and its largest absolute
+    difference from the torch module over every output is ``check_max_abs``.
+    """
     path = out_dir / f"{stage.name}{STAGE_SUFFIX[backend]}"
     t0 = time.perf_counter()
     if backend == "onnx":
@@ -127,18 +151,28 @@ def _export_stage(
         details = export_stage_executorch(stage, path, quant, calibration)
     export_s = time.perf_counter() - t0
     with torch.inference_mode():
-        reference = stage.module(*stage.example_inputs).numpy()
+        reference = _as_outputs(stage.module(*stage.example_inputs))
     got = _run_program(backend, path, stage.example_inputs)
+    if len(got) != len(reference):
+        raise ConfigError(
+            f"stage {stage.name}: program {path.name} has {len(got)} outputs, the torch module "
+            f"{len(reference)}"
+        )
+    check = max(
+        float(np.max(np.abs(g.astype(np.float64) - r))) if r.size else 0.0
+        for g, r in zip(got, reference, strict=True)
+    )
     return {
         "file": path.name,
         "backend": backend,
         "quant": quant,
         "bytes": path.stat().st_size,
         "sha256": file_sha256(path),
+        "rate": stage.rate,
         "inputs": [t.to_dict() for t in stage.inputs],
         "outputs": [t.to_dict() for t in stage.outputs],
         "export_s": round(export_s, 2),
-        "check_max_abs": float(np.max(np.abs(got.astype(np.float64) - reference))),
+        "check_max_abs": check,
         **details,
     }
 
@@ -153,18 +187,30 @@ def _language_revision(exporter: dict[str, Any], entry: dict[str, Any]) -> int |
 
 
 def _reuse_language(
-    source_dir: Path, out_dir: Path, backend: str, quant: str, max_tokens: int
+    source_dir: Path,
+    out_dir: Path,
+    backend: str,
+    quant: str,
+    declared: tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]],
 ) -> dict[str, Any] | None:
-    """Copy a matching language program from another export directory, if it has one."""
+    """Copy a matching language program from another export directory, if it has one.
+
+    ``declared``: ``(rate, inputs, outputs)`` the language stage must have.
+    """
     try:
         other = load_manifest(source_dir)
     except Exception:  # noqa: BLE001 - any unusable directory just means "export afresh"
         return None
+    if "language_encoder" not in other.data["stages"]:
+        return None
     entry = dict(other.data["stages"]["language_encoder"])
+    rate, inputs, outputs = declared
     if (
         entry["backend"] != backend
         or entry["quant"] != quant
-        or other.data["max_instruction_tokens"] != max_tokens
+        or entry.get("rate") != rate
+        or entry["inputs"] != [t.to_dict() for t in inputs]
+        or entry["outputs"] != [t.to_dict() for t in outputs]
         or other.data["exporter"].get("versions") != package_versions()
         or _language_revision(other.data["exporter"], entry) != LANGUAGE_EXPORTER_REVISION
     ):
@@ -173,6 +219,99 @@ def _reuse_language(
         shutil.copyfile(source_dir / entry["file"], out_dir / entry["file"])
     entry["reused_from"] = str(source_dir)
     return entry
+
+
+def _stage_line(name: str, entry: dict[str, Any]) -> str:
+    line = (
+        f"{name}: {entry['file']} {entry['bytes'] / 2**20:.2f} MiB in "
+        f"{entry['export_s']:.1f} s, max |program - torch| = {entry['check_max_abs']:.2e}"
+    )
+    if "delegation" in entry:
+        d = entry["delegation"]
+        line += (
+            f"; XNNPACK: {d['delegated_nodes']} nodes delegated in "
+            f"{d['delegated_subgraphs']} subgraphs, {d['non_delegated_nodes']} not "
+            f"{sorted(d['non_delegated_ops'])}"
+        )
+    return line
+
+
+def export_architecture(
+    stages: list[StageProgram],
+    out_dir: str | Path,
+    contract: dict[str, Any],
+    backend: str,
+    quant: str = "fp32",
+    *,
+    stage_backends: dict[str, str] | None = None,
+    stage_quants: dict[str, str] | None = None,
+    calibration: dict[str, list[tuple[torch.Tensor, ...]]] | None = None,
+    reused: dict[str, dict[str, Any]] | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Export any architecture's stages and write its v2 ``manifest.json``.
+
+    Args:
+        stages: the stages to export, each with its declared tensors and rate.
+        out_dir: created if missing; files the contract names (a tokenizer)
+            must already be there.
+        contract: the manifest's other fields: ``architecture``, ``output``,
+            ``host``, ``normalisation``, ``joint_names``, ``action_dim``,
+            ``chunk_horizon``, ``dt_action_s``, ``flow_steps``, ``cameras``,
+            ``image_height``, ``image_width``, ``source``, optionally
+            ``stage_order`` (default: ``stages`` in order) and any
+            architecture-specific fields. A declared tokenizer's ``sha256``
+            is filled in here.
+        backend: ``onnx`` or ``executorch`` (the default of every stage).
+        quant: ``fp32`` or ``8da4w`` (the default of every stage).
+        stage_backends: per-stage backend overrides.
+        stage_quants: per-stage quantisation overrides.
+        calibration: per-stage calibration inputs (8da4w int8 convolutions).
+        reused: entries of stages already in ``out_dir`` (not exported again).
+        log: progress printer.
+
+    Returns:
+        The manifest's data.
+
+    Raises:
+        ManifestMismatchError: the contract and the stages disagree (the
+            message names the field); nothing is written then but the programs.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    entries: dict[str, Any] = dict(reused or {})
+    for stage in stages:
+        if stage.name in entries:
+            continue
+        stage_backend = (stage_backends or {}).get(stage.name, backend)
+        stage_quant = (stage_quants or {}).get(stage.name, quant)
+        calib = (calibration or {}).get(stage.name)
+        entry = export_stage(stage, stage_backend, stage_quant, out_dir, calib)
+        entries[stage.name] = entry
+        log(_stage_line(stage.name, entry))
+    rest = {k: v for k, v in contract.items() if k not in ("architecture", "stage_order")}
+    order = list(contract.get("stage_order", [s.name for s in stages]))
+    host = json.loads(json.dumps(rest.pop("host")))
+    tok = host.get("token_ids", {}).get("tokenizer")
+    if isinstance(tok, dict) and isinstance(tok.get("file"), str):
+        if (out_dir / tok["file"]).is_file():
+            tok["sha256"] = file_sha256(out_dir / tok["file"])
+    data: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "architecture": contract["architecture"],
+        "backend": backend,
+        "quant": quant,
+        "stage_order": order,
+        "stages": {name: entries[name] for name in order if name in entries},
+        "host": host,
+        **rest,
+    }
+    data.setdefault("exporter", {"revision": EXPORTER_REVISION, "versions": package_versions()})
+    data["total_bytes"] = sum(int(s["bytes"]) for s in entries.values())
+    data["created_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    write_manifest(out_dir, data)
+    log(f"wrote {out_dir / 'manifest.json'} ({contract['architecture']}, {backend}, {quant})")
+    return data
 
 
 def export_policy(
@@ -189,7 +328,7 @@ def export_policy(
     calibration_source: CalibrationSource | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Export every stage of ``policy`` to ``out_dir`` and write the manifest.
+    """Export every stage of the bundled ``policy`` to ``out_dir`` and write the manifest.
 
     Args:
         policy: the policy (its ``action_head.flow_steps`` is the exported ``K``).
@@ -200,8 +339,8 @@ def export_policy(
             manifest); ``None`` marks the export as untrained weights.
         language_backend: backend of the language stage (default: ``backend``).
         reuse_language_from: an export directory whose language program may be
-            copied instead of exported again when backend, quant, token length
-            and exporter versions match.
+            copied instead of exported again when backend, quant, declared
+            tensors and exporter versions match.
         calibration_frames: 8da4w only: frames that calibrate the int8
             convolutions (0 keeps them fp32).
         calibration_data: demonstrations to take those frames from (default:
@@ -240,56 +379,30 @@ def export_policy(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     policy.eval()
-    cfg = policy.config
-    stages_data: dict[str, Any] = {}
-    reused = None
+    reused: dict[str, dict[str, Any]] = {}
     if reuse_language_from is not None:
-        reused = _reuse_language(
+        entry = _reuse_language(
             Path(reuse_language_from),
             out_dir,
             language_backend,
             language_quant,
-            cfg.max_instruction_tokens,
+            bundled_stage_io(policy)["language_encoder"],
         )
-    names = STAGE_NAMES if reused is None else STAGE_NAMES[1:]
-    if reused is not None:
-        stages_data["language_encoder"] = reused
-        log(f"language_encoder: reused {reused['file']} from {reuse_language_from}")
-    for stage in policy_stages(policy, names):
-        stage_backend = language_backend if stage.name == "language_encoder" else backend
-        stage_quant = language_quant if stage.name == "language_encoder" else quant
-        calibration = None
-        if stage.name == "vision_encoder" and stage_quant == "8da4w" and calibration_frames:
-            calibration = calibration_source(policy, calibration_frames, calibration_data)
-        entry = _export_stage(stage, stage_backend, stage_quant, out_dir, calibration)
-        stages_data[stage.name] = entry
-        line = (
-            f"{stage.name}: {entry['file']} {entry['bytes'] / 2**20:.2f} MiB in "
-            f"{entry['export_s']:.1f} s, max |program - torch| = {entry['check_max_abs']:.2e}"
+        if entry is not None:
+            reused["language_encoder"] = entry
+            log(f"language_encoder: reused {entry['file']} from {reuse_language_from}")
+    names = tuple(n for n in BUNDLED_STAGES if n not in reused)
+    calibration = {}
+    if quant == "8da4w" and calibration_frames:
+        calibration["vision_encoder"] = calibration_source(
+            policy, calibration_frames, calibration_data
         )
-        if "delegation" in entry:
-            d = entry["delegation"]
-            line += (
-                f"; XNNPACK: {d['delegated_nodes']} nodes delegated in "
-                f"{d['delegated_subgraphs']} subgraphs, {d['non_delegated_nodes']} not "
-                f"{sorted(d['non_delegated_ops'])}"
-            )
-        log(line)
     from vla_edge.policy.tokenizer import minilm_dir
 
     shutil.copyfile(minilm_dir() / TOKENIZER_NAME, out_dir / TOKENIZER_NAME)
-    data: dict[str, Any] = {
-        "format": MANIFEST_FORMAT,
-        "backend": backend,
-        "quant": quant,
-        "stages": {name: stages_data[name] for name in STAGE_NAMES},
-        **shape_fields(policy),
-        "norm_stats": policy.stats.to_dict(),
-        "tokenizer": {
-            "file": TOKENIZER_NAME,
-            "sha256": file_sha256(out_dir / TOKENIZER_NAME),
-            "language_model": "sentence-transformers/all-MiniLM-L6-v2",
-        },
+    contract = {
+        **bundled_contract(policy),
+        "stage_order": list(BUNDLED_STAGES),
         "source": _source_info(policy, checkpoint),
         "exporter": {
             "revision": EXPORTER_REVISION,
@@ -297,10 +410,16 @@ def export_policy(
             "versions": package_versions(),
             "group_size_8da4w": 32,
         },
-        "model_config": cfg.model_dump(mode="json"),
-        "total_bytes": sum(int(s["bytes"]) for s in stages_data.values()),
-        "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
-    write_manifest(out_dir, data)
-    log(f"wrote {out_dir / 'manifest.json'} ({backend}, {quant})")
-    return data
+    return export_architecture(
+        policy_stages(policy, names),
+        out_dir,
+        contract,
+        backend,
+        quant,
+        stage_backends={"language_encoder": language_backend},
+        stage_quants={"language_encoder": language_quant},
+        calibration=calibration,
+        reused=reused,
+        log=log,
+    )

@@ -1,28 +1,46 @@
-"""The four exportable stages of a :class:`VlaPolicy` with example inputs and I/O names."""
+"""Exportable stages with declared tensors, and the bundled :class:`VlaPolicy`'s four.
+
+A :class:`StageProgram` is what the exporter needs of any architecture: a torch
+module, example inputs, and the tensors it reads (each with its ``source``,
+see :mod:`vla_edge.export.manifest`) and writes. The bundled model's stages
+and the rest of its manifest contract (:func:`bundled_contract`) are built
+here; another architecture supplies its own list and contract to
+:func:`vla_edge.export.pipeline.export_architecture`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from vla_edge.export.manifest import TensorSpec, expected_stage_io
+from vla_edge.export.manifest import TOKENIZER_NAME, TensorSpec
+from vla_edge.export.normalisation import mean_std_section
 from vla_edge.policy.config import LANGUAGE_DIM
 from vla_edge.policy.model import VlaPolicy
 
 EXAMPLE_INSTRUCTION = "put the red block in the bowl"
+BUNDLED_STAGES = ("language_encoder", "vision_encoder", "fusion", "action_head")
+"""The bundled model's stages in run order."""
+BUNDLED_OUTPUT = "action_head.actions_norm"
 
 
 @dataclass
 class StageProgram:
-    """One stage to export: its module, example inputs and the manifest's I/O specs."""
+    """One stage to export: its module, example inputs and the manifest's I/O specs.
+
+    ``rate``: ``per_instruction`` (run once per new instruction and cached) or
+    ``per_observation``.
+    """
 
     name: str
     module: nn.Module
     example_inputs: tuple[torch.Tensor, ...]
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    rate: str = "per_observation"
 
     @property
     def input_names(self) -> list[str]:
@@ -36,10 +54,11 @@ class StageProgram:
 
 
 def shape_fields(policy: VlaPolicy) -> dict[str, object]:
-    """The manifest's top-level shape fields for ``policy``."""
+    """The bundled model's top-level deployment and shape fields."""
     cfg = policy.config
     return {
         "joint_names": list(cfg.joint_names),
+        "action_dim": cfg.action_dim,
         "delta_actions": list(cfg.delta_actions),
         "cameras": list(cfg.cameras),
         "image_height": cfg.image_height,
@@ -53,6 +72,98 @@ def shape_fields(policy: VlaPolicy) -> dict[str, object]:
         "d_model": cfg.d_model,
         "visual_tokens_per_camera": cfg.tokens_per_camera,
         "context_tokens": cfg.context_tokens,
+    }
+
+
+def bundled_host(policy: VlaPolicy) -> dict[str, dict[str, Any]]:
+    """The host tensors the bundled model reads (without the tokenizer's file hash)."""
+    cfg = policy.config
+    n_cams, h, a = len(cfg.cameras), cfg.chunk_horizon, cfg.action_dim
+    length = cfg.max_instruction_tokens
+    f32, i64 = "float32", "int64"
+    return {
+        "images": {
+            "shape": [n_cams, 3, cfg.image_height, cfg.image_width],
+            "dtype": f32,
+            "slots": [{"name": cam, "camera": cam} for cam in cfg.cameras],
+            "pixel_range": [0.0, 1.0],
+            "resize": "stretch",
+        },
+        "token_ids": {
+            "shape": [1, length],
+            "dtype": i64,
+            "tokenizer": {
+                "kind": "wordpiece",
+                "file": TOKENIZER_NAME,
+                "language_model": "sentence-transformers/all-MiniLM-L6-v2",
+            },
+        },
+        "token_mask": {"shape": [1, length], "dtype": i64},
+        "state": {"shape": [1, a], "dtype": f32},
+        "noise": {"shape": [1, h, a], "dtype": f32},
+        "prefix_actions": {"shape": [1, h, a], "dtype": f32},
+        "prefix_mask": {"shape": [1, h], "dtype": f32},
+    }
+
+
+def bundled_stage_io(
+    policy: VlaPolicy,
+) -> dict[str, tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
+    """``stage -> (rate, inputs with sources, outputs)`` of the bundled model."""
+    cfg = policy.config
+    n_cams, h, w = len(cfg.cameras), cfg.image_height, cfg.image_width
+    t_v, d, t_c = cfg.tokens_per_camera, cfg.d_model, cfg.context_tokens
+    horizon, a, length = cfg.chunk_horizon, cfg.action_dim, cfg.max_instruction_tokens
+    f32, i64 = "float32", "int64"
+    lang = TensorSpec("lang", (1, LANGUAGE_DIM), f32)
+    visual = TensorSpec("visual_tokens", (n_cams, t_v, d), f32)
+    context = TensorSpec("context", (1, t_c, d), f32)
+    return {
+        "language_encoder": (
+            "per_instruction",
+            (
+                TensorSpec("input_ids", (1, length), i64, "host:token_ids"),
+                TensorSpec("attention_mask", (1, length), i64, "host:token_mask"),
+            ),
+            (lang,),
+        ),
+        "vision_encoder": (
+            "per_observation",
+            (TensorSpec("images", (n_cams, 3, h, w), f32, "host:images"),),
+            (visual,),
+        ),
+        "fusion": (
+            "per_observation",
+            (
+                TensorSpec(visual.name, visual.shape, f32, "stage:vision_encoder.visual_tokens"),
+                TensorSpec(lang.name, lang.shape, f32, "stage:language_encoder.lang"),
+                TensorSpec("state_norm", (1, a), f32, "host:state"),
+            ),
+            (context,),
+        ),
+        "action_head": (
+            "per_observation",
+            (
+                TensorSpec(context.name, context.shape, f32, "stage:fusion.context"),
+                TensorSpec("noise", (1, horizon, a), f32, "host:noise"),
+                TensorSpec("prefix_actions", (1, horizon, a), f32, "host:prefix_actions"),
+                TensorSpec("prefix_mask", (1, horizon), f32, "host:prefix_mask"),
+            ),
+            (TensorSpec("actions_norm", (1, horizon, a), f32),),
+        ),
+    }
+
+
+def bundled_contract(policy: VlaPolicy) -> dict[str, Any]:
+    """The manifest fields of the bundled model besides its stages, source and exporter."""
+    fields = shape_fields(policy)
+    return {
+        "architecture": "bundled",
+        "output": BUNDLED_OUTPUT,
+        "host": bundled_host(policy),
+        "normalisation": mean_std_section(policy.stats.to_dict(), list(fields["delta_actions"])),
+        **fields,
+        "model_config": policy.config.model_dump(mode="json"),
     }
 
 
@@ -96,9 +207,11 @@ def policy_stages(policy: VlaPolicy, stage_names: tuple[str, ...]) -> list[Stage
     if "language_encoder" in stage_names:
         policy.ensure_language_encoder()
     policy.eval()
-    io = expected_stage_io(shape_fields(policy))
+    io = bundled_stage_io(policy)
     examples = example_inputs(policy)
     return [
-        StageProgram(name, getattr(policy, name), examples[name], io[name][0], io[name][1])
+        StageProgram(
+            name, getattr(policy, name), examples[name], io[name][1], io[name][2], io[name][0]
+        )
         for name in stage_names
     ]

@@ -48,10 +48,10 @@ class ExecuTorchProgram:
         self.module = bindings._load_for_executorch(str(path))
         self._meta = self.module.method_meta("forward")
 
-    def run(self, inputs: list[np.ndarray]) -> np.ndarray:
-        """First output for ``inputs`` (contiguous numpy arrays), copied to numpy."""
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Every output for ``inputs`` (contiguous numpy arrays), copied to numpy."""
         tensors = [self._torch.from_numpy(np.ascontiguousarray(x)) for x in inputs]
-        return self.module.forward(tensors)[0].numpy().copy()
+        return [t.numpy().copy() for t in self.module.forward(tensors)]
 
     def io(self) -> tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]]:
         """``(shape, dtype)`` of the method's inputs and outputs."""

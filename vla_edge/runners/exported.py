@@ -1,13 +1,24 @@
-"""``ExportedRunner``: the four exported stage programs behind the ``Runner`` protocol.
+"""``ExportedRunner``: any architecture's exported stage programs behind the ``Runner`` protocol.
 
 The backends (ONNX Runtime, ExecuTorch) subclass it and only name the
-backend their manifest must have. It loads and validates ``manifest.json``,
-opens each stage with the runtime the manifest names for it
-(:func:`~vla_edge.runners.programs.open_program`; the language stage may run
-on another backend than the policy), checks every program's real inputs and
-outputs against the manifest, tokenizes with the ``tokenizer.json`` copied beside the programs,
-caches the language embedding per instruction, and does the same numpy pre-
-and post-processing as the torch reference (:mod:`vla_edge.runners.preprocess`).
+backend their manifest must have. Nothing here knows an architecture: it
+loads and validates ``manifest.json`` (v2, whose stages declare their
+tensors), opens each stage with the runtime the manifest names for it
+(:func:`~vla_edge.runners.programs.open_program`; stages may run on different
+backends), checks every program's real inputs and outputs against the
+manifest, and then, per observation:
+
+1. makes the host tensors the stages read (``host:<name>``) with the numpy
+   preprocessing of :mod:`vla_edge.runners.preprocess` and the declared
+   normalisation (images in their slots and pixel range, the
+   tokenized instruction, the normalised state padded to the model's width,
+   the noise and the executed prefix);
+2. runs the stages in ``stage_order``, feeding each input from its source; a
+   ``per_instruction`` stage runs once per new instruction and its outputs are
+   cached;
+3. decodes the declared ``output``'s first ``len(joint_names)`` dimensions
+   into absolute joint targets.
+
 No torch is imported here.
 """
 
@@ -18,22 +29,22 @@ from pathlib import Path
 
 import numpy as np
 
-from vla_edge.core.errors import ConfigError, ManifestMismatchError
+from vla_edge.core.errors import ConfigError, InvalidObservationError, ManifestMismatchError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.export.manifest import (
-    STAGE_NAMES,
     Manifest,
     check_expected_spec,
     check_program_io,
+    check_tokenizer,
     load_manifest,
 )
-from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec, cache_put
 from vla_edge.runners.preprocess import (
     check_prefix,
     decode_chunk,
-    images_to_nchw,
+    images_input,
     noise_input,
+    pad_last,
     prefix_inputs,
     state_input,
     validate_observation,
@@ -42,7 +53,7 @@ from vla_edge.runners.programs import StageProgram, open_program
 
 
 class ExportedRunner:
-    """Run an export directory's stage programs.
+    """Run an export directory's stage programs as its manifest declares.
 
     Args:
         path: export directory holding ``manifest.json``.
@@ -53,8 +64,9 @@ class ExportedRunner:
         backend: the backend the policy stages must have (``None``: any).
 
     Raises:
-        ManifestMismatchError: the manifest is invalid, disagrees with its
-            programs, with ``expected`` or with ``backend``.
+        ManifestMismatchError: the manifest is invalid or of an old format,
+            disagrees with its programs, its tokenizer file, with ``expected``
+            or with ``backend``.
     """
 
     backend_name = "exported"
@@ -81,48 +93,138 @@ class ExportedRunner:
             cameras=tuple(m["cameras"]),
             image_height=int(m["image_height"]),
             image_width=int(m["image_width"]),
-            supports_prefix=True,
+            supports_prefix="prefix_actions" in self.manifest.host,
         )
         if expected is not None:
             check_expected_spec(self.manifest, expected)
+        check_tokenizer(self.manifest)
         self.threads = threads
-        self.codec = ActionCodec(self.manifest.norm_stats, list(m["delta_actions"]))
+        self.codec = self.manifest.codec
+        self.model_action_dim = int(m["action_dim"])
         self._programs: dict[str, StageProgram] = {}
-        for name in STAGE_NAMES:
+        for name in self.manifest.stage_order:
             stage = self.manifest.stages[name]
             program = open_program(
                 stage.backend,
                 self.manifest.stage_path(name),
                 threads,
                 [t.name for t in stage.inputs],
+                [t.name for t in stage.outputs],
+                stage=name,
             )
             inputs, outputs = program.io()
             check_program_io(self.manifest, name, inputs, outputs)
             self._programs[name] = program
-        from vla_edge.policy.tokenizer import InstructionTokenizer
+        self._tokenizer = None
+        if self.manifest.tokenizer is not None:
+            from vla_edge.policy.tokenizer import InstructionTokenizer
 
-        self._tokenizer = InstructionTokenizer(
-            int(m["max_instruction_tokens"]), model_dir=self.manifest.directory
-        )
-        self._lang_cache: dict[str, np.ndarray] = {}
+            self._tokenizer = InstructionTokenizer(
+                int(self.manifest.host["token_ids"].shape[1]), model_dir=self.manifest.directory
+            )
+        self._instruction_stages = [
+            n
+            for n in self.manifest.stage_order
+            if self.manifest.stages[n].rate == "per_instruction"
+        ]
+        self._observation_stages = [
+            n
+            for n in self.manifest.stage_order
+            if self.manifest.stages[n].rate == "per_observation"
+        ]
+        self._instruction_cache: dict[str, dict[str, np.ndarray]] = {}
         self._rng = np.random.default_rng(int(seed))
+
+    @property
+    def image_resize(self) -> str:
+        """How the model's images are fitted: ``stretch`` or ``pad`` (openpi's resize_with_pad).
+
+        Observations must arrive at the model's size; a caller that receives
+        other sizes (the openpi-protocol server) resizes them this way first.
+        """
+        return str(self.manifest.data["host"]["images"]["resize"])
 
     @property
     def stage_backends(self) -> dict[str, str]:
         """Backend of each stage."""
         return {name: s.backend for name, s in self.manifest.stages.items()}
 
-    def language_embedding(self, instruction: str) -> tuple[np.ndarray, float]:
-        """Cached ``[1, 384]`` embedding and the time spent computing it now (ms)."""
-        cached = self._lang_cache.get(instruction)
+    def _tokens(self, instruction: str) -> dict[str, np.ndarray]:
+        if self._tokenizer is None:
+            return {}
+        input_ids, mask = self._tokenizer.encode(instruction)
+        return {"host:token_ids": input_ids, "host:token_mask": mask}
+
+    def _run_stage(self, name: str, values: dict[str, np.ndarray]) -> None:
+        """Run stage ``name`` on its sources in ``values``; add its outputs there."""
+        stage = self.manifest.stages[name]
+        outputs = self._programs[name].run([values[t.source] for t in stage.inputs])
+        for tensor, value in zip(stage.outputs, outputs, strict=True):
+            values[f"stage:{name}.{tensor.name}"] = value
+
+    def instruction_outputs(self, instruction: str) -> tuple[dict[str, np.ndarray], float]:
+        """The tokens and the ``per_instruction`` stages' outputs (cached), and the ms spent now.
+
+        Raises:
+            InvalidObservationError: the tokenizer refuses ``instruction``.
+        """
+        cached = self._instruction_cache.get(instruction)
         if cached is not None:
             return cached, 0.0
-        input_ids, mask = self._tokenizer.encode(instruction)
+        values = self._tokens(instruction)
         t0 = time.perf_counter()
-        emb = self._programs["language_encoder"].run([input_ids, mask])
+        for name in self._instruction_stages:
+            self._run_stage(name, values)
         elapsed_ms = (time.perf_counter() - t0) * 1e3
-        cache_put(self._lang_cache, instruction, emb)
-        return emb, elapsed_ms
+        cache_put(self._instruction_cache, instruction, values)
+        return values, elapsed_ms
+
+    def language_embedding(self, instruction: str) -> tuple[np.ndarray | None, float]:
+        """The first ``per_instruction`` stage's first output (cached) and the ms spent now.
+
+        ``None`` when the architecture embeds the instruction inside a
+        per-observation stage (its tokens are then the cached part).
+        """
+        values, elapsed_ms = self.instruction_outputs(instruction)
+        if not self._instruction_stages:
+            return None, elapsed_ms
+        first = self._instruction_stages[0]
+        name = self.manifest.stages[first].outputs[0].name
+        return values[f"stage:{first}.{name}"], elapsed_ms
+
+    def _host_inputs(
+        self,
+        state: np.ndarray,
+        noise: np.ndarray | None,
+        prefix_actions: np.ndarray | None,
+        prefix_len: int,
+    ) -> dict[str, np.ndarray]:
+        """``host:<name>`` -> tensor for every declared host input (tokens excepted)."""
+        host, h, a = self.manifest.host, self.spec.chunk_horizon, self.model_action_dim
+        values: dict[str, np.ndarray] = {}
+        if "state" in host:
+            values["host:state"] = pad_last(state_input(self.codec, state), host["state"].shape[1])
+        if "noise" in host:
+            values["host:noise"] = noise_input(noise, h, a, self._rng)
+        if "prefix_actions" in host:
+            prefix_a, mask_a = prefix_inputs(self.codec, prefix_actions, prefix_len, state, h)
+            values["host:prefix_actions"] = pad_last(prefix_a, a)
+            values["host:prefix_mask"] = mask_a
+        return values
+
+    def _images(self, obs: Observation) -> dict[str, np.ndarray]:
+        entry = self.manifest.data["host"]["images"]
+        images, mask = images_input(
+            obs.images,
+            [slot.get("camera") for slot in entry["slots"]],
+            self.spec.image_height,
+            self.spec.image_width,
+            tuple(entry["pixel_range"]),
+        )
+        values = {"host:images": images}
+        if "image_mask" in self.manifest.host:
+            values["host:image_mask"] = mask
+        return values
 
     def infer(
         self,
@@ -133,6 +235,9 @@ class ExportedRunner:
     ) -> ActionChunk:
         """Compute the chunk for ``obs`` (see :class:`vla_edge.runners.base.Runner`).
 
+        ``noise`` is ``[H, A]`` of the model's action width ``A`` (the manifest's
+        ``action_dim``; ``len(joint_names)`` unless the model is padded).
+
         Raises:
             ConfigError: the runner was closed.
         """
@@ -142,25 +247,26 @@ class ExportedRunner:
                 "close(); build a new runner"
             )
         validate_observation(obs, self.spec)
-        h, a = self.spec.chunk_horizon, self.spec.action_dim
-        prefix_len, _ = check_prefix(prefix_actions, prefix_len, h, a)
+        h, n = self.spec.chunk_horizon, self.spec.action_dim
+        prefix_len, _ = check_prefix(prefix_actions, prefix_len, h, n)
+        if prefix_len and not self.spec.supports_prefix:
+            raise InvalidObservationError(
+                f"prefix_len = {prefix_len}, expected 0: {self.manifest.directory} declares no "
+                "host prefix_actions input"
+            )
         state = np.asarray(obs.state, dtype=np.float64)
-        state_a = state_input(self.codec, state)
-        noise_a = noise_input(noise, h, a, self._rng)
-        prefix_a, mask_a = prefix_inputs(self.codec, prefix_actions, prefix_len, state, h)
-        lang, lang_ms = self.language_embedding(obs.instruction)
-        images = images_to_nchw(obs.images, self.spec.cameras)
-        timings = {"language_encoder": lang_ms}
-        t0 = time.perf_counter()
-        visual = self._programs["vision_encoder"].run([images])
-        t1 = time.perf_counter()
-        context = self._programs["fusion"].run([visual, lang, state_a])
-        t2 = time.perf_counter()
-        actions_norm = self._programs["action_head"].run([context, noise_a, prefix_a, mask_a])
-        t3 = time.perf_counter()
-        timings["vision_encoder"] = (t1 - t0) * 1e3
-        timings["fusion"] = (t2 - t1) * 1e3
-        timings["action_head"] = (t3 - t2) * 1e3
+        values = self._host_inputs(state, noise, prefix_actions, prefix_len)
+        cached, instruction_ms = self.instruction_outputs(obs.instruction)
+        values.update(cached)
+        values.update(self._images(obs))
+        timings = {name: instruction_ms for name in self._instruction_stages[:1]}
+        timings.update({name: 0.0 for name in self._instruction_stages[1:]})
+        for name in self._observation_stages:
+            t0 = time.perf_counter()
+            self._run_stage(name, values)
+            timings[name] = (time.perf_counter() - t0) * 1e3
+        stage, output = self.manifest.output
+        actions_norm = values[f"stage:{stage}.{output}"][..., :n]
         positions = decode_chunk(self.codec, actions_norm, state, prefix_actions, prefix_len)
         return ActionChunk(
             t_obs_s=float(obs.stamp_s),
@@ -171,6 +277,6 @@ class ExportedRunner:
         )
 
     def close(self) -> None:
-        """Drop the cached embeddings and the programs; a later ``infer`` raises ``ConfigError``."""
-        self._lang_cache.clear()
+        """Drop the cached instruction outputs and the programs; a later ``infer`` raises."""
+        self._instruction_cache.clear()
         self._programs.clear()

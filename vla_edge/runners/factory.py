@@ -4,7 +4,10 @@
   it: the expert reads the simulator's privileged state and lives in ``sim``);
 * ``bundled`` — the trained model shipped in ``vla_edge/models/bundled``;
 * a ``.pt`` checkpoint — the torch reference runner;
-* a directory with ``manifest.json`` — an exported artifact (ONNX or ExecuTorch);
+* a directory with ``manifest.json`` — an exported artifact of any architecture
+  (ONNX or ExecuTorch; its stages declare their tensors, see
+  :mod:`vla_edge.export.manifest`; an export in an older format is refused by
+  the runner with the command that re-exports it);
 * ``ws://host:port`` — a remote openpi-protocol server.
 
 Backends are imported only when chosen, so ONNX / ExecuTorch deployments never

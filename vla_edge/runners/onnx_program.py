@@ -15,10 +15,18 @@ class OnnxProgram:
     """One ``.onnx`` stage in an ``InferenceSession`` (sequential, ``threads`` intra-op).
 
     Raises:
-        ManifestMismatchError: the program's input names differ from ``input_names``.
+        ManifestMismatchError: the program's input (or output) names differ from
+            ``input_names`` (``output_names``).
     """
 
-    def __init__(self, path: Path, threads: int | None, input_names: list[str]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        threads: int | None,
+        input_names: list[str],
+        output_names: list[str] | None = None,
+        stage: str | None = None,
+    ) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -30,19 +38,26 @@ class OnnxProgram:
         self.session = ort.InferenceSession(
             str(path), sess_options=options, providers=["CPUExecutionProvider"]
         )
+        stage = stage or path.stem
         names = [i.name for i in self.session.get_inputs()]
         if names != list(input_names):
             raise ManifestMismatchError(
-                f"field stages.{path.stem}.inputs names = {list(input_names)} in manifest.json, "
+                f"field stages.{stage}.inputs names = {list(input_names)} in manifest.json, "
                 f"but program {path.name} takes {names}"
             )
+        outputs = [o.name for o in self.session.get_outputs()]
+        if output_names is not None and outputs != list(output_names):
+            raise ManifestMismatchError(
+                f"field stages.{stage}.outputs names = {list(output_names)} in manifest.json, "
+                f"but program {path.name} returns {outputs}"
+            )
         self._input_names = names
-        self._output_names = [o.name for o in self.session.get_outputs()][:1]
+        self._output_names = outputs
 
-    def run(self, inputs: list[np.ndarray]) -> np.ndarray:
-        """First output for ``inputs`` (in the manifest's order)."""
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """Every output for ``inputs`` (in the manifest's order)."""
         feeds = dict(zip(self._input_names, inputs, strict=True))
-        return self.session.run(self._output_names, feeds)[0]
+        return list(self.session.run(self._output_names, feeds))
 
     def io(self) -> tuple[list[tuple[tuple[int, ...], str]], list[tuple[tuple[int, ...], str]]]:
         """``(shape, dtype)`` of the session's inputs and outputs."""

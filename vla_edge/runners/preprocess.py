@@ -4,8 +4,9 @@ These functions do exactly what :class:`~vla_edge.runners.torch_runner.TorchRunn
 does around its four stages, in numpy, so the ONNX Runtime and ExecuTorch
 runners feed their programs the same tensors as the reference:
 
-* images: ``{camera: [h, w, 3] uint8}`` -> ``[n_cams, 3, h, w]`` float32 in
-  [0, 1], cameras in the model's order;
+* images: ``{camera: [h, w, 3] uint8}`` -> ``[n_slots, 3, h, w]`` float32 in
+  the declared pixel range ([0, 1] or [-1, 1]), slots in the model's order, a
+  slot without a camera black and masked (:func:`images_input`);
 * state: ``[A]`` -> normalised ``[1, A]`` float32 (:class:`ActionCodec`);
 * noise: ``[H, A]`` or ``[1, H, A]`` float32, validated (or drawn);
 * executed prefix: ``[>= d, A]`` absolute targets -> normalised ``[1, H, A]``
@@ -30,11 +31,49 @@ from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec, start_noise
 
 
-def images_to_nchw(images: dict[str, np.ndarray], cameras: tuple[str, ...]) -> np.ndarray:
+def images_to_nchw(images: dict[Any, np.ndarray], cameras: tuple[Any, ...]) -> np.ndarray:
     """Stack validated ``uint8 [h, w, 3]`` images into ``[n_cams, 3, h, w]`` float32 in [0, 1]."""
     stacked = np.stack([images[cam] for cam in cameras])
     nchw = np.ascontiguousarray(stacked.transpose(0, 3, 1, 2)).astype(np.float32)
     return nchw / np.float32(255.0)
+
+
+def images_input(
+    images: dict[str, np.ndarray],
+    slots: list[str | None],
+    height: int,
+    width: int,
+    pixel_range: tuple[float, float] = (0.0, 1.0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """``[n_slots, 3, height, width]`` float32 images and the ``[n_slots]`` float32 mask.
+
+    Args:
+        images: validated ``uint8 [height, width, 3]`` images by camera name
+            (:func:`validate_observation`; an image of another size is resized
+            before, with the manifest's declared ``resize`` mode).
+        slots: the camera feeding each model image slot, ``None`` for none
+            (a black image, as openpi's LIBERO inputs give a missing wrist
+            camera; mask 0).
+        height: the model's image height.
+        width: the model's image width.
+        pixel_range: ``(0, 1)``: ``x / 255``; ``(-1, 1)``: ``x / 255 * 2 - 1``.
+    """
+    black = np.zeros((height, width, 3), dtype=np.uint8)
+    frames = [black if camera is None else images[camera] for camera in slots]
+    nchw = images_to_nchw(dict(enumerate(frames)), tuple(range(len(frames))))
+    if tuple(pixel_range) == (-1.0, 1.0):
+        nchw = nchw * np.float32(2.0) - np.float32(1.0)
+    mask = np.array([camera is not None for camera in slots], dtype=np.float32)
+    return nchw, mask
+
+
+def pad_last(array: np.ndarray, width: int) -> np.ndarray:
+    """``array`` with its last axis zero-padded to ``width`` (itself when already that wide)."""
+    missing = width - array.shape[-1]
+    if missing <= 0:
+        return array
+    pad = [(0, 0)] * (array.ndim - 1) + [(0, missing)]
+    return np.ascontiguousarray(np.pad(array, pad), dtype=array.dtype)
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

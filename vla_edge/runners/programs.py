@@ -18,9 +18,9 @@ from vla_edge.core.errors import ManifestMismatchError
 
 
 class StageProgram(Protocol):
-    """One loaded program: fixed-shape numpy inputs in, first output out."""
+    """One loaded program: fixed-shape numpy inputs in, every output out (in order)."""
 
-    def run(self, inputs: list[np.ndarray]) -> np.ndarray:
+    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         """Run once."""
         ...
 
@@ -29,20 +29,33 @@ class StageProgram(Protocol):
         ...
 
 
-def open_program(backend: str, path: Path, threads: int | None, names: list[str]) -> StageProgram:
+def open_program(
+    backend: str,
+    path: Path,
+    threads: int | None,
+    names: list[str],
+    output_names: list[str] | None = None,
+    stage: str | None = None,
+) -> StageProgram:
     """Open ``path`` with the runtime of ``backend`` (imported only when needed).
 
+    ``names`` / ``output_names``: the manifest's input and output names (an ONNX
+    program's own are checked against them); ``stage`` names the stage in errors.
+
     Raises:
-        ManifestMismatchError: ``backend`` names no runtime.
+        ManifestMismatchError: ``backend`` names no runtime, or the program's
+            tensor names differ from the manifest's.
     """
     if backend == "onnx":
         from vla_edge.runners.onnx_program import OnnxProgram
 
-        return OnnxProgram(path, threads=threads, input_names=names)
+        return OnnxProgram(
+            path, threads=threads, input_names=names, output_names=output_names, stage=stage
+        )
     if backend == "executorch":
         from vla_edge.runners.executorch_program import ExecuTorchProgram
 
         return ExecuTorchProgram(path, threads=threads)
     raise ManifestMismatchError(
-        f"field stages.{path.stem}.backend = {backend!r}: expected 'onnx' or 'executorch'"
+        f"field stages.{stage or path.stem}.backend = {backend!r}: expected 'onnx' or 'executorch'"
     )

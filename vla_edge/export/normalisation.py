@@ -1,0 +1,195 @@
+"""The manifest's ``normalisation`` section and the numpy codec it declares (no torch).
+
+Each architecture brings its own formula and epsilon; the runners apply the one
+the manifest declares, in float64, to the first ``N = len(joint_names)``
+dimensions of the state and of the chunk:
+
+* ``mean_std``: ``(x - mean) / (std + epsilon)``, inverse ``x * (std + epsilon) + mean``
+  (the bundled model: epsilon 0; openpi's π0: 1e-6);
+* ``quantile``: ``(x - q01) / (q99 - q01 + epsilon) * 2 - 1``, inverse
+  ``(x + 1) / 2 * (q99 - q01 + epsilon) + q01`` (openpi's π0.5).
+
+``delta_actions[j]`` makes dimension ``j`` of the chunk relative to the state
+before normalising (and absolute again after decoding); ``actions.low`` /
+``actions.high``, when given, clip the decoded absolute targets. Section::
+
+    {"kind": "mean_std", "epsilon": 0.0,
+     "state": {"mean": [N], "std": [N]},
+     "actions": {"mean": [N], "std": [N], "low": [N], "high": [N]},
+     "delta_actions": [N bools]}
+
+(``quantile``: ``q01`` and ``q99`` in place of ``mean`` and ``std``.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vla_edge.core.errors import ManifestMismatchError
+
+NORMALISATION_KINDS = ("mean_std", "quantile")
+_STAT_NAMES = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
+
+
+class HostCodec:
+    """States and absolute chunks to the model's normalised space and back (float64 maths).
+
+    The same interface as :class:`vla_edge.policy.normalize.ActionCodec`, which
+    it reproduces bit for bit for ``mean_std`` with ``epsilon = 0``.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        epsilon: float,
+        state: dict[str, np.ndarray],
+        actions: dict[str, np.ndarray],
+        delta_actions: np.ndarray,
+        low: np.ndarray | None = None,
+        high: np.ndarray | None = None,
+    ) -> None:
+        self.kind = kind
+        self.epsilon = float(epsilon)
+        self.state = state
+        self.actions = actions
+        self.delta_mask = np.asarray(delta_actions, dtype=bool)
+        self.low, self.high = low, high
+
+    def _forward(self, x: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+        if self.kind == "mean_std":
+            return (x - stats["mean"]) / (stats["std"] + self.epsilon)
+        return (x - stats["q01"]) / (stats["q99"] - stats["q01"] + self.epsilon) * 2.0 - 1.0
+
+    def _inverse(self, x: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
+        if self.kind == "mean_std":
+            return x * (stats["std"] + self.epsilon) + stats["mean"]
+        return (x + 1.0) / 2.0 * (stats["q99"] - stats["q01"] + self.epsilon) + stats["q01"]
+
+    def normalize_state(self, state: np.ndarray) -> np.ndarray:
+        """``[..., N]`` state -> normalised state (float32)."""
+        return self._forward(np.asarray(state, dtype=np.float64), self.state).astype(np.float32)
+
+    def to_relative(self, actions: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """Subtract the state from the delta dimensions of a chunk ``[..., H, N]``."""
+        offset = np.where(self.delta_mask, np.asarray(state, dtype=np.float64), 0.0)
+        return np.asarray(actions, dtype=np.float64) - offset[..., None, :]
+
+    def encode_actions(self, actions: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """Absolute chunk ``[..., H, N]`` with state ``[..., N]`` -> normalised chunk (float32)."""
+        return self._forward(self.to_relative(actions, state), self.actions).astype(np.float32)
+
+    def decode_actions(self, actions_norm: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """Normalised chunk ``[..., H, N]`` with state ``[..., N]`` -> absolute chunk (float64)."""
+        rel = self._inverse(np.asarray(actions_norm, dtype=np.float64), self.actions)
+        offset = np.where(self.delta_mask, np.asarray(state, dtype=np.float64), 0.0)
+        actions = rel + offset[..., None, :]
+        if self.low is not None and self.high is not None:
+            actions = np.clip(actions, self.low, self.high)
+        return actions
+
+
+def _vector(section: dict[str, Any], field: str, key: str, n: int) -> np.ndarray:
+    if key not in section:
+        raise ManifestMismatchError(f"field normalisation.{field}.{key} is missing")
+    try:
+        arr = np.asarray(section[key], dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ManifestMismatchError(
+            f"field normalisation.{field}.{key} is not a list of numbers: {exc}"
+        ) from exc
+    if arr.shape != (n,):
+        raise ManifestMismatchError(
+            f"field normalisation.{field}.{key} has shape {arr.shape}, expected ({n},) "
+            "(one per joint_names entry)"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ManifestMismatchError(
+            f"field normalisation.{field}.{key} = {arr.tolist()} is not finite"
+        )
+    return arr
+
+
+def codec_from_section(section: Any, n: int) -> HostCodec:
+    """Validate a manifest's ``normalisation`` section for ``n`` used dimensions.
+
+    Raises:
+        ManifestMismatchError: naming the field (``normalisation.kind``,
+            ``normalisation.state.std``, ...), its value and the bound.
+    """
+    if not isinstance(section, dict):
+        raise ManifestMismatchError("field normalisation must be an object")
+    kind = section.get("kind")
+    if kind not in NORMALISATION_KINDS:
+        raise ManifestMismatchError(
+            f"field normalisation.kind = {kind!r}, expected one of {NORMALISATION_KINDS}"
+        )
+    epsilon = section.get("epsilon")
+    if (
+        isinstance(epsilon, bool)
+        or not isinstance(epsilon, int | float)
+        or not np.isfinite(epsilon)
+        or epsilon < 0
+    ):
+        raise ManifestMismatchError(
+            f"field normalisation.epsilon = {epsilon!r}, expected a finite number >= 0"
+        )
+    lo_name, hi_name = _STAT_NAMES[kind]
+    stats: dict[str, dict[str, np.ndarray]] = {}
+    for part in ("state", "actions"):
+        raw = section.get(part)
+        if not isinstance(raw, dict):
+            raise ManifestMismatchError(f"field normalisation.{part} is missing")
+        values = {key: _vector(raw, part, key, n) for key in (lo_name, hi_name)}
+        width = (
+            values[hi_name] + epsilon
+            if kind == "mean_std"
+            else values[hi_name] - values[lo_name] + epsilon
+        )
+        if np.any(width <= 0.0):
+            what = (
+                f"{hi_name} + epsilon" if kind == "mean_std" else f"{hi_name} - {lo_name} + epsilon"
+            )
+            raise ManifestMismatchError(
+                f"field normalisation.{part}: {what} = {width.tolist()} must be > 0"
+            )
+        stats[part] = values
+    delta = section.get("delta_actions")
+    if (
+        not isinstance(delta, list)
+        or len(delta) != n
+        or not all(isinstance(d, bool) for d in delta)
+    ):
+        raise ManifestMismatchError(
+            f"field normalisation.delta_actions = {delta!r}, expected {n} booleans "
+            "(one per joint_names entry)"
+        )
+    low = high = None
+    actions = section["actions"]
+    if "low" in actions or "high" in actions:
+        low, high = (_vector(actions, "actions", k, n) for k in ("low", "high"))
+        if np.any(low > high):
+            raise ManifestMismatchError(
+                f"field normalisation.actions.low = {low.tolist()} must be <= "
+                f"actions.high = {high.tolist()}"
+            )
+    return HostCodec(
+        kind, float(epsilon), stats["state"], stats["actions"], np.asarray(delta), low, high
+    )
+
+
+def mean_std_section(
+    stats: dict[str, list[float]], delta_actions: list[bool], epsilon: float = 0.0
+) -> dict[str, Any]:
+    """A ``mean_std`` section from :meth:`vla_edge.policy.normalize.NormStats.to_dict` output."""
+    actions: dict[str, Any] = {"mean": stats["action_mean"], "std": stats["action_std"]}
+    if "action_low" in stats and "action_high" in stats:
+        actions |= {"low": stats["action_low"], "high": stats["action_high"]}
+    return {
+        "kind": "mean_std",
+        "epsilon": float(epsilon),
+        "state": {"mean": stats["state_mean"], "std": stats["state_std"]},
+        "actions": actions,
+        "delta_actions": [bool(d) for d in delta_actions],
+    }
