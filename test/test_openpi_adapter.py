@@ -8,6 +8,7 @@ from openpi_fixtures import SPEC, make_observation
 
 from vla_edge.core.errors import InvalidObservationError, RemoteServerError
 from vla_edge.core.types import ActionChunk
+from vla_edge.runners.image_resize import resize_with_pad
 from vla_edge.runners.openpi_adapter import (
     InferRequest,
     camera_key,
@@ -75,6 +76,34 @@ def test_request_without_timestamp_is_stamped_with_server_time() -> None:
     assert parsed.client_stamp_s is None
 
 
+def test_images_of_another_size_are_resized_with_pad_like_openpi() -> None:
+    rng = np.random.default_rng(5)
+    wide = rng.integers(0, 256, (48, 96, 3), dtype=np.uint8)  # 2:1 -> 16 rows of 32
+    parsed = request_to_observation(_request(**{"observation/image": wide}), SPEC, now_s=0.0)
+    image = parsed.observation.images["agentview"]
+    assert image.shape == (32, 32, 3) and image.dtype == np.uint8
+    np.testing.assert_array_equal(image, resize_with_pad(wide, 32, 32))
+    assert not image[:8].any() and not image[24:].any()  # black bars top and bottom
+    assert image[8:24].any()
+
+
+def test_float_images_in_unit_range_become_uint8_like_openpi() -> None:
+    pixels = np.linspace(0.0, 1.0, 32 * 32 * 3, dtype=np.float32).reshape(32, 32, 3)
+    parsed = request_to_observation(_request(**{"observation/image": pixels}), SPEC, now_s=0.0)
+    np.testing.assert_array_equal(
+        parsed.observation.images["agentview"], (pixels * 255).astype(np.uint8)
+    )
+
+
+def test_channels_first_images_of_another_size_are_transposed_then_resized() -> None:
+    hwc = np.random.default_rng(6).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    request = _request(**{"observation/image": np.ascontiguousarray(hwc.transpose(2, 0, 1))})
+    parsed = request_to_observation(request, SPEC, now_s=0.0)
+    np.testing.assert_array_equal(
+        parsed.observation.images["agentview"], resize_with_pad(hwc, 32, 32)
+    )
+
+
 def test_channels_first_images_are_transposed() -> None:
     request = _request()
     hwc = request["observation/image"]
@@ -87,8 +116,16 @@ def test_channels_first_images_are_transposed() -> None:
     ("changes", "words"),
     [
         ({"observation/wrist_image": None}, "observation/wrist_image is NoneType"),
-        ({"observation/image": np.full((32, 32, 3), np.nan)}, "observation/image dtype = float64"),
-        ({"observation/image": np.zeros((64, 64, 3), np.uint8)}, r"shape = \[64, 64, 3\]"),
+        ({"observation/image": np.full((32, 32, 3), np.nan)}, "observation/image holds NaN or inf"),
+        ({"observation/image": np.full((8, 8, 3), 2.0)}, r"float pixels span \[2, 2\]"),
+        ({"observation/image": np.zeros((8, 8, 3), np.int64)}, "dtype = int64: must be uint8"),
+        ({"observation/image": np.zeros((8, 8, 3), bool)}, "dtype = bool: must be uint8"),
+        ({"observation/image": np.zeros((8, 8, 4), np.uint8)}, r"shape = \[8, 8, 4\]"),
+        ({"observation/image": np.zeros((8, 8, 1), np.uint8)}, r"shape = \[8, 8, 1\]"),
+        ({"observation/image": np.zeros((8, 8), np.uint8)}, r"shape = \[8, 8\]: must be"),
+        ({"observation/image": np.zeros((0, 8, 3), np.uint8)}, r"\[0, 8, 3\]: height and width"),
+        ({"observation/image": np.zeros((4097, 1, 3), np.uint8)}, r"must be in \[1, 4096\] px"),
+        ({"observation/state": np.zeros(8)}, r"\[8\]: must be \[7\].*end-effector state"),
         ({"observation/state": np.zeros(6)}, r"observation/state shape = \[6\]: must be \[7\]"),
         ({"observation/state": np.array([np.nan] * 7)}, "observation/state .*must be finite"),
         ({"observation/state": "zeros"}, "observation/state is str"),

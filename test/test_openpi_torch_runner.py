@@ -16,13 +16,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from openpi_client import image_tools
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from openpi_fixtures import free_port, make_observation, wait_listening
 from policy_synthetic import tiny_config
 
 from vla_edge.bench.remote_latency import bench_remote
+from vla_edge.core.types import Observation
 from vla_edge.policy.model import VlaPolicy, save_checkpoint
 from vla_edge.policy.normalize import NormStats
+from vla_edge.runners.base import Runner
+from vla_edge.runners.factory import make_runner
+from vla_edge.runners.image_resize import resize_with_pad
 from vla_edge.runners.openpi_adapter import observation_to_request
 from vla_edge.runners.openpi_server import PolicyServer
 from vla_edge.runners.remote import RemoteRunner
@@ -73,6 +78,59 @@ def test_openpi_client_gets_torch_runner_actions(torch_runner) -> None:
     actions = reply["actions"]
     assert actions.shape == (10, 7) and np.all(np.isfinite(actions))
     assert reply["server_timing"]["stages_ms"].keys() >= {"vision_encoder", "action_head"}
+
+
+@pytest.fixture(scope="module")
+def bundled_runner() -> Runner:
+    torch.set_num_threads(1)
+    return make_runner("bundled", threads=1)
+
+
+def _libero_camera(seed: int) -> np.ndarray:
+    """What openpi's LIBERO example sends: a 256^2 frame rotated 180 deg, fitted to 224^2."""
+    frame = np.random.default_rng(seed).integers(0, 256, (256, 256, 3), dtype=np.uint8)
+    frame = np.ascontiguousarray(frame[::-1, ::-1])
+    return image_tools.convert_to_uint8(image_tools.resize_with_pad(frame, 224, 224))
+
+
+def test_openpi_libero_client_224_images_are_served_by_the_bundled_64_model(
+    bundled_runner,
+) -> None:
+    spec = bundled_runner.spec
+    assert (spec.image_height, spec.image_width) == (64, 64)
+    rng = np.random.default_rng(3)
+    element = {
+        "observation/image": _libero_camera(1),
+        "observation/wrist_image": _libero_camera(2),
+        "observation/state": rng.uniform(-0.3, 0.3, spec.action_dim),
+        "prompt": "put the red block in the bowl",
+    }
+    noise = rng.standard_normal((spec.chunk_horizon, spec.action_dim)).astype(np.float32)
+    with PolicyServer(bundled_runner, port=0) as server:
+        client = WebsocketClientPolicy(host="127.0.0.1", port=server.port)
+        meta = client.get_server_metadata()
+        assert (meta["image_height"], meta["image_resize"]) == (64, "resize_with_pad")
+        reply = client.infer(dict(element, **{"vla_edge/noise": noise}))
+        plain = client.infer(element)  # exactly the LIBERO keys, nothing else
+        libero_state = dict(element, **{"observation/state": np.zeros(8)})
+        with pytest.raises(RuntimeError, match=r"observation/state shape = \[8\].*end-effector"):
+            client.infer(libero_state)
+        client._ws.close()
+    assert plain["actions"].shape == (spec.chunk_horizon, spec.action_dim)
+    assert np.all(np.isfinite(plain["actions"]))
+    local = bundled_runner.infer(
+        Observation(
+            stamp_s=0.0,
+            images={
+                "agentview": resize_with_pad(element["observation/image"], 64, 64),
+                "wrist": resize_with_pad(element["observation/wrist_image"], 64, 64),
+            },
+            state=element["observation/state"],
+            instruction=element["prompt"],
+        ),
+        noise=noise,
+    )
+    np.testing.assert_array_equal(reply["actions"], local.positions)
 
 
 def test_bench_remote_with_torch_runner(torch_runner) -> None:

@@ -17,9 +17,20 @@ openpi key                      vla_edge field               wire type
 ``vla_edge/request_id``         request counter              int (optional, echoed)
 ==============================  ===========================  ==========================
 
-openpi clients send images already resized; images may also arrive channels-first
-(``[3, H, W]``), which is transposed. The ``vla_edge/*`` keys are extensions an
-openpi server ignores.
+Images are treated as openpi's LIBERO policy treats them: any size up to
+``MAX_IMAGE_SIDE_PX`` a side is fitted to the policy's input with openpi's
+``resize_with_pad`` (aspect kept, centred on black; see
+:mod:`vla_edge.runners.image_resize`), so openpi's LIBERO client, which sends
+224x224, is served by a 64x64 policy unchanged; channels-first (``[3, H, W]``)
+is transposed; float pixels in [0, 1] become ``uint8(255 * x)``. Any other
+channel count or dtype, NaN or inf, or an empty image is refused by name.
+The ``vla_edge/*`` keys are extensions an openpi server ignores.
+
+``observation/state`` must be the policy's own state (joint positions in
+``joint_names`` order for the bundled model). The LIBERO client's 8-D
+end-effector state (eef position 3 + axis-angle 3 + gripper qpos 2) is not
+mapped onto joints: it is refused by name, so a client must send the joint
+state the policy was trained on.
 
 Response (server -> client): ``actions`` float ``[H, A]`` in the runner's own
 float dtype, so a remote chunk equals the local one bit for bit (joint targets in
@@ -41,6 +52,7 @@ import numpy as np
 from vla_edge.core.errors import InvalidObservationError, RemoteServerError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
+from vla_edge.runners.image_resize import MAX_IMAGE_SIDE_PX, resize_with_pad
 
 KEY_STATE = "observation/state"
 KEY_PROMPT = "prompt"
@@ -56,6 +68,9 @@ DEFAULT_CAMERA_KEYS: dict[str, str] = {
 }
 
 MAX_PROMPT_CHARS = 4096
+
+LIBERO_EEF_STATE_DIM = 8
+"""Length of the state openpi's LIBERO client sends (eef pos 3 + axis-angle 3 + gripper 2)."""
 
 
 def camera_key(camera: str, camera_keys: dict[str, str] | None = None) -> str:
@@ -116,6 +131,12 @@ def observation_to_request(
 
 
 def _image(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray:
+    """``request[key]`` as a fresh ``uint8 [spec.image_height, spec.image_width, 3]`` image.
+
+    What openpi's LIBERO policy does to a camera image: float pixels in [0, 1]
+    become ``uint8(255 * x)``, channels-first is transposed, and any other size
+    is fitted with :func:`~vla_edge.runners.image_resize.resize_with_pad`.
+    """
     if key not in request:
         raise InvalidObservationError(
             f"{key} is missing: the policy needs cameras {list(spec.cameras)}"
@@ -125,16 +146,34 @@ def _image(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray:
         raise InvalidObservationError(
             f"{key} is {type(image).__name__}: must be a uint8 array [H, W, 3]"
         )
-    if image.dtype != np.uint8:
-        raise InvalidObservationError(f"{key} dtype = {image.dtype}: must be uint8")
-    expected = (spec.image_height, spec.image_width, 3)
-    if image.shape == (3, spec.image_height, spec.image_width):
-        image = image.transpose(1, 2, 0)
-    if image.shape != expected:
+    if image.dtype != np.uint8 and image.dtype.kind != "f":
         raise InvalidObservationError(
-            f"{key} shape = {list(image.shape)}: must be {list(expected)} [H, W, 3]"
+            f"{key} dtype = {image.dtype}: must be uint8 (0..255) or float (0..1)"
         )
-    return np.array(image, dtype=np.uint8, copy=True)
+    if image.ndim == 3 and image.shape[0] == 3 and image.shape[2] != 3:
+        image = image.transpose(1, 2, 0)  # [3, H, W] -> [H, W, 3]
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise InvalidObservationError(
+            f"{key} shape = {list(image.shape)}: must be [H, W, 3] (RGB) or [3, H, W]"
+        )
+    height, width = image.shape[:2]
+    if not (1 <= height <= MAX_IMAGE_SIDE_PX and 1 <= width <= MAX_IMAGE_SIDE_PX):
+        raise InvalidObservationError(
+            f"{key} shape = {list(image.shape)}: height and width must be in "
+            f"[1, {MAX_IMAGE_SIDE_PX}] px"
+        )
+    if image.dtype.kind == "f":
+        if not np.all(np.isfinite(image)):
+            raise InvalidObservationError(f"{key} holds NaN or inf: pixels must be finite")
+        lo, hi = float(image.min()), float(image.max())
+        if lo < 0.0 or hi > 1.0:
+            raise InvalidObservationError(
+                f"{key} float pixels span [{lo:g}, {hi:g}]: must be in [0, 1] "
+                "(or send uint8 0..255)"
+            )
+        image = (image * 255).astype(np.uint8)  # openpi's convert_to_uint8: truncation
+    resized = resize_with_pad(image, spec.image_height, spec.image_width)
+    return np.array(resized, dtype=np.uint8, copy=True)
 
 
 def _matrix(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray | None:
@@ -169,6 +208,9 @@ def request_to_observation(
 ) -> InferRequest:
     """Validate an openpi request map against ``spec`` and turn it into an :class:`InferRequest`.
 
+    Camera images of any size are fitted to ``spec``'s with openpi's
+    ``resize_with_pad`` (see the module docstring).
+
     Args:
         request: the decoded message.
         spec: what the served runner consumes.
@@ -198,9 +240,16 @@ def request_to_observation(
             f"{KEY_STATE} is {type(request[KEY_STATE]).__name__}: must be a numeric array [A]"
         )
     if state.shape != (spec.action_dim,):
+        hint = ""
+        if state.shape == (LIBERO_EEF_STATE_DIM,):
+            hint = (
+                "; an 8-D state is openpi LIBERO's end-effector state (eef position 3 + "
+                "axis-angle 3 + gripper qpos 2), which is not mapped onto joints: send "
+                "the joint positions instead"
+            )
         raise InvalidObservationError(
             f"{KEY_STATE} shape = {list(state.shape)}: must be [{spec.action_dim}] "
-            f"({', '.join(spec.joint_names)})"
+            f"({', '.join(spec.joint_names)}){hint}"
         )
     if not np.all(np.isfinite(state)):
         raise InvalidObservationError(f"{KEY_STATE} = {state.tolist()}: must be finite")

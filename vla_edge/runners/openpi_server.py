@@ -4,7 +4,9 @@ The protocol is the one ``openpi_client.WebsocketClientPolicy`` speaks:
 
 1. the client opens a websocket (optionally with ``Authorization: Api-Key K``);
 2. the server sends one binary msgpack frame: the metadata map (joint names,
-   ``action_horizon``, ``dt_action_s``, cameras, image size, limits);
+   ``action_horizon``, ``dt_action_s``, cameras, image size, limits); images
+   of any other size are resized to it server-side as openpi does
+   (``image_resize: "resize_with_pad"``), so clients need not know it;
 3. per request the client sends one binary msgpack frame (the observation map,
    keys in :mod:`vla_edge.runners.openpi_adapter`) and the server answers with
    one binary frame (``actions`` + timing fields) or, on a bad request or a
@@ -44,6 +46,7 @@ from vla_edge.core.errors import (
 )
 from vla_edge.core.types import ActionChunk
 from vla_edge.runners.base import Runner
+from vla_edge.runners.image_resize import MAX_IMAGE_SIDE_PX
 from vla_edge.runners.openpi_adapter import (
     KEY_PROMPT,
     KEY_STATE,
@@ -66,6 +69,8 @@ PROTOCOL_NAME = "openpi-msgpack-numpy"
 PROTOCOL_VERSION = 1
 HEALTH_PATH = "/healthz"
 CLOSE_TRY_AGAIN_LATER = 1013
+IMAGE_RESIZE = "resize_with_pad"
+"""How images of another size are fitted: openpi's aspect-keeping, zero-padded resize."""
 
 
 @dataclass
@@ -174,6 +179,8 @@ class PolicyServer:
             "timestamp_key": KEY_TIMESTAMP,
             "image_height": spec.image_height,
             "image_width": spec.image_width,
+            "image_resize": IMAGE_RESIZE,
+            "max_image_side_px": MAX_IMAGE_SIDE_PX,
             "supports_prefix": spec.supports_prefix,
             "max_message_bytes": self.limits.max_message_bytes,
         }
