@@ -14,9 +14,22 @@ call the runtime through a small native shim instead of these bindings.
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
+
+# What the runtime's C++ thread-pool reset writes to stderr on every call
+# (``[cpuinfo_utils.cpp:71] Reading file ...``, ``[threadpool.cpp:66] Resetting
+# threadpool to 1 threads.``): progress lines, not problems.
+_RUNTIME_CHATTER = re.compile(r"^\[(cpuinfo_utils|threadpool)\.cpp:\d+\] ")
 
 # ExecuTorch ScalarType codes -> numpy dtype names
 _ET_DTYPES = {6: "float32", 4: "int64", 3: "int32", 5: "float16", 1: "int8", 0: "uint8"}
@@ -30,9 +43,34 @@ def _bindings():  # noqa: ANN202 - the pybind11 extension module
     return _C
 
 
+def without_runtime_chatter(call: Callable[[], T]) -> T:
+    """Run ``call`` with the C++ runtime's progress lines on stderr dropped.
+
+    The runtime writes them with ``fprintf`` on file descriptor 2, where no
+    Python setting reaches, so the descriptor is pointed at a temporary file
+    for the call; every other line written meanwhile (from any thread) is
+    passed on to stderr afterwards.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            return call()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+                if not _RUNTIME_CHATTER.match(line):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
+
+
 def set_executorch_threads(threads: int) -> None:
     """Resize ExecuTorch's process-wide CPU thread pool (never while a program runs)."""
-    _bindings()._unsafe_reset_threadpool(int(threads))
+    bindings = _bindings()
+    without_runtime_chatter(lambda: bindings._unsafe_reset_threadpool(int(threads)))
 
 
 class ExecuTorchProgram:
