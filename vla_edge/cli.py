@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("vla_edge.sim.collect", "record expert demonstrations (HDF5)"),
     "eval": ("vla_edge.sim.eval_cli", "closed-loop evaluation in virtual time"),
     "train": ("vla_edge.policy.train", "train the VLA policy"),
+    "import": ("vla_edge.archs.import_cli", "import a π0 / π0.5 checkpoint as a policy directory"),
     "export": ("vla_edge.export.cli", "export a checkpoint to ONNX / ExecuTorch"),
     "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
     "faults": ("vla_edge.faults.cli", "run the fault-injection suite"),

@@ -166,3 +166,31 @@ class AssetNotFoundError(VlaEdgeError):
 
 class DatasetError(VlaEdgeError):
     """A demonstration dataset is missing, empty or does not match the model's shapes."""
+
+
+class CheckpointKeysError(CheckpointError):
+    """A checkpoint's tensors do not fit the model: missing, unexpected or mis-shaped keys."""
+
+
+class UnknownArchitectureError(CheckpointError):
+    """A checkpoint or policy directory names an architecture this package does not build."""
+
+
+class NormStatsError(CheckpointError):
+    """Normalisation statistics are absent, unreadable, non-finite or of negative width."""
+
+
+class TokenizerMismatchError(CheckpointError):
+    """A tokenizer is unreadable, or its vocabulary does not fit the model's embedding table."""
+
+
+class CameraMapError(ConfigError):
+    """A camera map names an image slot the model lacks or a camera the robot lacks."""
+
+
+class PolicyDirError(ConfigError):
+    """A policy directory lacks a file, or its ``policy.yaml`` is malformed."""
+
+
+class OutputExistsError(VlaEdgeError, FileExistsError):
+    """An output directory exists and overwriting it was not asked for (``--force``)."""

@@ -1,0 +1,567 @@
+"""The policy directory: an imported third-party policy, ready for the exporter and the runners.
+
+``vla-edge import`` (:mod:`vla_edge.archs.import_cli`) writes it; :func:`load_policy_dir`
+reads and validates it::
+
+    DIR/policy.yaml         format vla_edge.policy.v1 (below)
+    DIR/model.safetensors   the weights in this package's key layout (no pickle)
+    DIR/tokenizer.model     the tokenizer the user gave (PaliGemma's SentencePiece model)
+
+``policy.yaml``::
+
+    format: vla_edge.policy.v1
+    architecture: pi0                      # or pi05
+    config: {...}                          # Pi0Config.model_dump(): every size
+    chunk_horizon: 50                      # = config.action_horizon
+    dt_action_s: 0.1
+    joint_names: [joint1, ..., gripper]    # the robot's, in the controller's order
+    images:
+      slots:                               # the checkpoint's slots, in prefix order
+      - {name: base_0_rgb, camera: agentview}
+      - {name: left_wrist_0_rgb, camera: wrist}
+      - {name: right_wrist_0_rgb, camera: null}   # masked, as the reference does
+      height: 224
+      width: 224
+      pixel_range: [-1.0, 1.0]
+      resize: pad                          # aspect-preserving resize with padding
+    action_space: {kind: joint_position, policy_dim: 32, indices: [...], ...}
+    normalisation:                         # the export manifest's field names
+      kind: mean_std                       # or quantile; per_part when state and actions differ
+      epsilon: 1.0e-06
+      state: {kind: mean_std, mean: [...], std: [...]}     # quantile: q01, q99
+      actions: {kind: mean_std, mean: [...], std: [...]}
+      delta_actions: [false, ...]          # one per action statistic
+    tokenizer: {file: tokenizer.model, kind: sentencepiece, sha256: ..., vocab_size: N,
+                max_token_len: 48}
+    prompt: {format: pi0}                  # or pi05_state (π0.5's discretised state)
+    weights: {file: model.safetensors, sha256: ..., dtypes: [float32]}
+    source: {layout: openpi, path: ..., weights_sha256: ..., asset_id: ..., stats_file: ...}
+
+The statistics keep the checkpoint's own lengths; :meth:`PolicyDir.manifest_normalisation`
+cuts or pads them to the robot's ``N`` dimensions the way the export manifest wants them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from vla_edge.archs.pi0.config import Pi0Config
+from vla_edge.core.errors import (
+    CameraMapError,
+    ConfigError,
+    NormStatsError,
+    OutputExistsError,
+    PolicyDirError,
+    TokenizerMismatchError,
+    UnknownArchitectureError,
+)
+
+FORMAT = "vla_edge.policy.v1"
+POLICY_FILE = "policy.yaml"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.model"
+ARCHITECTURES = {"pi0": Pi0Config, "pi05": Pi0Config}
+"""Architecture name → its config class."""
+PROMPT_FORMATS = ("pi0", "pi05_state")
+"""``pi0``: ``encode(clean(task), bos) + encode("\\n")``; ``pi05_state``: π0.5's
+``"Task: ..., State: <256 bins>;\\nAction: "`` with BOS (:mod:`vla_edge.archs.pi0.prompt`)."""
+
+SECTION_STATS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
+"""Each normalisation kind's statistics (low, high)."""
+
+DEFAULT_CAMERAS: dict[str, str | None] = {
+    "base_0_rgb": "agentview",
+    "left_wrist_0_rgb": "wrist",
+    "right_wrist_0_rgb": None,
+    "image": "agentview",
+    "wrist_image": "wrist",
+}
+"""Default robot camera per checkpoint slot (openpi's slots; LIBERO's LeRobot feature names)."""
+MASKED = ("none", "null", "")
+"""``--camera SLOT=none`` masks a slot."""
+
+
+def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in chunks (a full-size checkpoint is gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- the parts ------------------------------------------------------------------------------
+
+
+def camera_map(
+    slots: Sequence[str],
+    robot_cameras: Sequence[str],
+    overrides: Mapping[str, str | None] | None = None,
+) -> list[dict[str, str | None]]:
+    """Each slot's robot camera (``None``: masked): the overrides, else :data:`DEFAULT_CAMERAS`.
+
+    A slot without a default takes the robot camera of the same name, or is masked.
+
+    Raises:
+        CameraMapError: an override names a slot the model lacks, a slot maps to a camera
+            the robot lacks, or every slot is masked.
+    """
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(slots))
+    if unknown:
+        raise CameraMapError(
+            f"camera map: {unknown} not image slots of the checkpoint (slots: {list(slots)})"
+        )
+    out = []
+    for slot in slots:
+        given = slot in overrides
+        camera = overrides[slot] if given else DEFAULT_CAMERAS.get(slot, slot)
+        if not given and slot not in DEFAULT_CAMERAS and camera not in robot_cameras:
+            camera = None
+        if camera is not None and camera not in robot_cameras:
+            how = "" if given else " (the default)"
+            raise CameraMapError(
+                f"camera map: slot {slot} <- {camera!r}{how}: the robot has no camera "
+                f"{camera!r} (cameras: {list(robot_cameras)}); pass --camera {slot}=CAMERA "
+                f"or --camera {slot}=none"
+            )
+        out.append({"name": slot, "camera": camera})
+    if all(entry["camera"] is None for entry in out):
+        raise CameraMapError(
+            f"camera map: every slot {list(slots)} is masked; map one to a robot camera "
+            f"({list(robot_cameras)}) with --camera SLOT=CAMERA"
+        )
+    return out
+
+
+def stat_vector(values: Any, where: str) -> list[float]:
+    """A finite, non-empty list of statistics (``where`` names it in errors)."""
+    try:
+        arr = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise NormStatsError(f"{where} is not a list of numbers: {exc}") from exc
+    if arr.size == 0:
+        raise NormStatsError(f"{where} is empty")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise NormStatsError(
+            f"{where}[{int(bad[0])}] = {arr[bad[0]]} is not finite ({bad.size} such values)"
+        )
+    return [float(v) for v in arr]
+
+
+def check_part(part: Mapping[str, Any], epsilon: float, where: str) -> None:
+    """One part (``state`` / ``actions``) of a section: finite, equal lengths, width > 0."""
+    kind = part.get("kind")
+    if kind not in SECTION_STATS:
+        raise NormStatsError(f"{where}.kind = {kind!r}, expected one of {tuple(SECTION_STATS)}")
+    lo_name, hi_name = SECTION_STATS[kind]
+    lo = np.asarray(stat_vector(part.get(lo_name), f"{where}.{lo_name}"))
+    hi = np.asarray(stat_vector(part.get(hi_name), f"{where}.{hi_name}"))
+    if lo.shape != hi.shape:
+        raise NormStatsError(
+            f"{where}: {lo_name} has {lo.size} values and {hi_name} {hi.size}: one per dimension"
+        )
+    width = hi + epsilon if kind == "mean_std" else hi - lo + epsilon
+    bad = np.flatnonzero(width <= 0.0)
+    if bad.size:
+        what = f"{hi_name} + epsilon" if kind == "mean_std" else f"{hi_name} - {lo_name} + epsilon"
+        i = int(bad[0])
+        raise NormStatsError(
+            f"{where}[{i}]: {what} = {width[i]} must be > 0 (a negative width; "
+            f"{bad.size} such dimensions)"
+        )
+
+
+def make_normalisation(
+    state: dict[str, Any],
+    actions: dict[str, Any],
+    epsilon: float,
+    delta_actions: Sequence[int] | Sequence[bool] | None,
+    source: str,
+) -> dict[str, Any]:
+    """A validated ``normalisation`` section.
+
+    ``kind`` is the parts' common kind, or ``per_part`` when the state and the actions
+    are normalised differently (each part always names its own ``kind``).
+    """
+    for name, part in (("state", state), ("actions", actions)):
+        check_part(part, epsilon, f"{source}: {name}")
+    n_actions = len(actions[SECTION_STATS[actions["kind"]][0]])
+    if delta_actions is None:
+        mask = [False] * n_actions
+    elif all(isinstance(d, bool) for d in delta_actions):
+        mask = [bool(d) for d in delta_actions][:n_actions]
+        mask += [False] * (n_actions - len(mask))
+    else:
+        bad = [i for i in delta_actions if not 0 <= int(i) < n_actions]
+        if bad:
+            raise NormStatsError(
+                f"delta_actions = {list(delta_actions)}: {bad} outside the {n_actions} "
+                "action dimensions of the statistics"
+            )
+        mask = [i in set(delta_actions) for i in range(n_actions)]
+    kind = state["kind"] if state["kind"] == actions["kind"] else "per_part"
+    return {
+        "kind": kind,
+        "epsilon": float(epsilon),
+        "state": state,
+        "actions": actions,
+        "delta_actions": mask,
+    }
+
+
+def check_normalisation(section: Any, source: str) -> None:
+    """Validate a ``normalisation`` section (finite statistics, every width > 0)."""
+    if not isinstance(section, Mapping):
+        raise NormStatsError(f"{source}: normalisation must be a mapping")
+    epsilon = section.get("epsilon")
+    if (
+        isinstance(epsilon, bool)
+        or not isinstance(epsilon, int | float)
+        or not math.isfinite(epsilon)
+        or epsilon < 0
+    ):
+        raise NormStatsError(f"{source}: normalisation.epsilon = {epsilon!r}, expected >= 0")
+    kinds = set()
+    for part in ("state", "actions"):
+        raw = section.get(part)
+        if not isinstance(raw, Mapping):
+            raise NormStatsError(f"{source}: normalisation.{part} is missing")
+        check_part(raw, float(epsilon), f"{source}: normalisation.{part}")
+        kinds.add(raw["kind"])
+    actions = section["actions"]
+    n_actions = len(actions[SECTION_STATS[actions["kind"]][0]])
+    delta = section.get("delta_actions")
+    if (
+        not isinstance(delta, list)
+        or len(delta) != n_actions
+        or not all(isinstance(d, bool) for d in delta)
+    ):
+        raise NormStatsError(
+            f"{source}: normalisation.delta_actions = {delta!r}, expected {n_actions} booleans "
+            "(one per action statistic)"
+        )
+    expected = kinds.pop() if len(kinds) == 1 else "per_part"
+    if section.get("kind") != expected:
+        raise NormStatsError(
+            f"{source}: normalisation.kind = {section.get('kind')!r}, expected {expected!r} "
+            "(the parts' kind)"
+        )
+
+
+def tokenizer_entry(path: Path, vocab_size: int, max_token_len: int) -> dict[str, Any]:
+    """Check a SentencePiece model against the embedding table; its ``tokenizer`` entry.
+
+    Raises:
+        TokenizerMismatchError: unreadable, or more pieces than ``vocab_size`` rows.
+    """
+    import sentencepiece
+
+    path = Path(path)
+    if not path.is_file():
+        raise TokenizerMismatchError(f"{path}: tokenizer file not found")
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
+        pieces = int(processor.get_piece_size())
+    except Exception as exc:  # sentencepiece raises OSError or RuntimeError by version
+        raise TokenizerMismatchError(f"{path}: not a SentencePiece model: {exc}") from exc
+    if pieces > vocab_size:
+        raise TokenizerMismatchError(
+            f"{path}: the tokenizer has {pieces} pieces but the model's embedding table has "
+            f"{vocab_size} rows (config.vocab_size): ids >= {vocab_size} have no embedding; "
+            "pass the tokenizer the checkpoint was trained with (PaliGemma's)"
+        )
+    return {
+        "file": TOKENIZER_FILE,
+        "kind": "sentencepiece",
+        "sha256": sha256_file(path),
+        "vocab_size": pieces,
+        "max_token_len": int(max_token_len),
+    }
+
+
+def check_output_dir(out: Path, force: bool) -> None:
+    """Refuse an existing output directory unless ``force``."""
+    if out.exists() and not force:
+        raise OutputExistsError(f"{out}: exists; pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError(f"{out}: exists and is not a directory")
+
+
+# -- the directory -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyDir:
+    """A loaded, validated policy directory."""
+
+    path: Path
+    architecture: str
+    config: Pi0Config
+    chunk_horizon: int
+    dt_action_s: float
+    joint_names: tuple[str, ...]
+    images: dict[str, Any]
+    action_space: dict[str, Any]
+    normalisation: dict[str, Any]
+    tokenizer: dict[str, Any]
+    prompt: dict[str, Any]
+    weights: dict[str, Any]
+    source: dict[str, Any]
+
+    @property
+    def cameras(self) -> dict[str, str | None]:
+        """Checkpoint slot → robot camera (``None``: masked), in prefix order."""
+        return {s["name"]: s["camera"] for s in self.images["slots"]}
+
+    @property
+    def weights_path(self) -> Path:
+        """The weights file."""
+        return self.path / self.weights["file"]
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """The tokenizer file."""
+        return self.path / self.tokenizer["file"]
+
+    def manifest_normalisation(self, n: int) -> dict[str, Any]:
+        """The section cut (or padded with identity statistics) to ``n`` dimensions.
+
+        The export manifest normalises the first ``N = len(joint_names)`` dimensions of
+        the state and of the chunk with one kind.
+
+        Raises:
+            NormStatsError: the state and the actions are normalised with different kinds.
+        """
+        section = self.normalisation
+        if section["kind"] not in ("mean_std", "quantile"):
+            raise NormStatsError(
+                f"{self.path / POLICY_FILE}: normalisation.kind = {section['kind']!r}: the "
+                "state and the actions use different kinds, one manifest section cannot hold them"
+            )
+        identity = {"mean": 0.0, "std": 1.0, "q01": -1.0, "q99": 1.0}
+
+        def cut(part: Mapping[str, Any]) -> dict[str, list[float]]:
+            return {
+                k: [*v[:n], *[identity[k]] * max(0, n - len(v))]
+                for k, v in part.items()
+                if k in identity
+            }
+
+        delta = list(section["delta_actions"][:n])
+        return {
+            "kind": section["kind"],
+            "epsilon": section["epsilon"],
+            "state": cut(section["state"]),
+            "actions": cut(section["actions"]),
+            "delta_actions": delta + [False] * (n - len(delta)),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """``policy.yaml``'s content."""
+        return {
+            "format": FORMAT,
+            "architecture": self.architecture,
+            "config": self.config.model_dump(mode="json"),
+            "chunk_horizon": self.chunk_horizon,
+            "dt_action_s": self.dt_action_s,
+            "joint_names": list(self.joint_names),
+            "images": self.images,
+            "action_space": self.action_space,
+            "normalisation": self.normalisation,
+            "tokenizer": self.tokenizer,
+            "prompt": self.prompt,
+            "weights": self.weights,
+            "source": self.source,
+        }
+
+
+def _require(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: Path) -> Any:
+    if name not in data:
+        raise PolicyDirError(f"{where}: field {name} is missing")
+    value = data[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise PolicyDirError(f"{where}: field {name} = {value!r} has the wrong type")
+    return value
+
+
+def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
+    """Validate ``policy.yaml``'s content (``path`` is the directory)."""
+    where = path / POLICY_FILE
+    fmt = data.get("format")
+    if fmt != FORMAT:
+        raise PolicyDirError(f"{where}: format = {fmt!r}, expected {FORMAT!r}")
+    architecture = data.get("architecture")
+    if architecture not in ARCHITECTURES:
+        raise UnknownArchitectureError(
+            f"{where}: architecture = {architecture!r} is not one of {tuple(ARCHITECTURES)}"
+        )
+    try:
+        config = ARCHITECTURES[architecture](**_require(data, "config", dict, where))
+    except ConfigError as exc:
+        raise PolicyDirError(f"{where}: config: {exc}") from exc
+    if config.pi05 != (architecture == "pi05"):
+        raise PolicyDirError(f"{where}: config.pi05 = {config.pi05} contradicts {architecture}")
+    horizon = _require(data, "chunk_horizon", int, where)
+    if horizon != config.action_horizon:
+        raise PolicyDirError(
+            f"{where}: chunk_horizon = {horizon}, expected config.action_horizon = "
+            f"{config.action_horizon}"
+        )
+    dt = _require(data, "dt_action_s", (int, float), where)
+    if not (math.isfinite(dt) and dt > 0):
+        raise PolicyDirError(f"{where}: dt_action_s = {dt!r}, expected a finite number > 0")
+    joints = _require(data, "joint_names", list, where)
+    if not joints or len(set(joints)) != len(joints) or not all(isinstance(j, str) for j in joints):
+        raise PolicyDirError(f"{where}: joint_names = {joints!r}: need unique names")
+    images = _require(data, "images", dict, where)
+    slots = images.get("slots")
+    names = [s.get("name") for s in slots] if isinstance(slots, list) else None
+    if names != list(config.image_slots) or not all(
+        s.get("camera") is None or isinstance(s.get("camera"), str) for s in slots
+    ):
+        raise CameraMapError(
+            f"{where}: images.slots names {names}, expected the config's image slots "
+            f"{list(config.image_slots)}, each with a camera name or null"
+        )
+    normalisation = _require(data, "normalisation", dict, where)
+    check_normalisation(normalisation, str(where))
+    tokenizer = _require(data, "tokenizer", dict, where)
+    if tokenizer.get("kind") != "sentencepiece" or not tokenizer.get("file"):
+        raise PolicyDirError(f"{where}: tokenizer = {tokenizer!r}: expected a sentencepiece file")
+    if int(tokenizer.get("vocab_size", 0)) > config.vocab_size:
+        raise TokenizerMismatchError(
+            f"{where}: tokenizer.vocab_size = {tokenizer.get('vocab_size')} exceeds "
+            f"config.vocab_size = {config.vocab_size}"
+        )
+    prompt = _require(data, "prompt", dict, where)
+    if prompt.get("format") not in PROMPT_FORMATS:
+        raise PolicyDirError(
+            f"{where}: prompt.format = {prompt.get('format')!r}, expected one of {PROMPT_FORMATS}"
+        )
+    weights = _require(data, "weights", dict, where)
+    for entry, what in ((weights, "weights"), (tokenizer, "tokenizer")):
+        file = path / str(entry.get("file"))
+        if not file.is_file():
+            raise PolicyDirError(f"{where}: {what} file {file} not found")
+    return PolicyDir(
+        path=path,
+        architecture=architecture,
+        config=config,
+        chunk_horizon=horizon,
+        dt_action_s=float(dt),
+        joint_names=tuple(joints),
+        images=images,
+        action_space=_require(data, "action_space", dict, where),
+        normalisation=normalisation,
+        tokenizer=tokenizer,
+        prompt=prompt,
+        weights=weights,
+        source=_require(data, "source", dict, where),
+    )
+
+
+def load_policy_dir(path: str | Path, verify_sha256: bool = False) -> PolicyDir:
+    """Read and validate a policy directory.
+
+    ``verify_sha256`` also hashes the weights and the tokenizer against ``policy.yaml``
+    (seconds for a full-size π0).
+
+    Raises:
+        PolicyDirError: a missing file or field, a malformed value, a hash mismatch.
+        UnknownArchitectureError, CameraMapError, NormStatsError, TokenizerMismatchError.
+    """
+    path = Path(path)
+    where = path / POLICY_FILE
+    if not where.is_file():
+        raise PolicyDirError(f"{where}: not found (is {path} a policy directory?)")
+    try:
+        data = yaml.safe_load(where.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise PolicyDirError(f"{where}: not readable YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PolicyDirError(f"{where}: top level must be a mapping")
+    policy = policy_from_dict(data, path)
+    if verify_sha256:
+        for entry in (policy.weights, policy.tokenizer):
+            found = sha256_file(path / entry["file"])
+            if found != entry.get("sha256"):
+                raise PolicyDirError(
+                    f"{where}: {entry['file']} has sha256 {found}, policy.yaml says "
+                    f"{entry.get('sha256')}"
+                )
+    return policy
+
+
+def write_policy_dir(
+    out: Path,
+    data: Mapping[str, Any],
+    write_weights: Callable[[Path, Mapping[str, str]], None],
+    weights_dtypes: Sequence[str],
+    tokenizer_src: Path,
+    force: bool = False,
+) -> PolicyDir:
+    """Write a policy directory atomically: into a sibling temporary, then renamed.
+
+    ``data`` is ``policy.yaml``'s content without ``weights`` (filled here);
+    ``write_weights(path, metadata)`` writes the safetensors file (no pickle). The
+    content is validated before it is renamed into place; nothing is left behind on
+    failure.
+    """
+    out = Path(out)
+    check_output_dir(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        weights = tmp / WEIGHTS_FILE
+        write_weights(
+            weights, {"format": "pt", "policy_format": FORMAT, "architecture": data["architecture"]}
+        )
+        shutil.copyfile(tokenizer_src, tmp / TOKENIZER_FILE)
+        content = {
+            **data,
+            "weights": {
+                "file": WEIGHTS_FILE,
+                "sha256": sha256_file(weights),
+                "dtypes": list(weights_dtypes),
+            },
+        }
+        policy = policy_from_dict(content, tmp)  # refuse to write what would not load
+        order = [k for k in policy.to_dict() if k in content]
+        text = yaml.safe_dump(
+            {k: content[k] for k in order}, sort_keys=False, default_flow_style=None, width=100
+        )
+        (tmp / POLICY_FILE).write_text(text)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return load_policy_dir(out)
+
+
+__all__ = [
+    "FORMAT",
+    "PolicyDir",
+    "camera_map",
+    "check_normalisation",
+    "check_output_dir",
+    "load_policy_dir",
+    "policy_from_dict",
+    "sha256_file",
+    "tokenizer_entry",
+    "write_policy_dir",
+]
