@@ -14,6 +14,8 @@ call the runtime through a small native shim instead of these bindings.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import sys
@@ -26,7 +28,7 @@ import numpy as np
 
 T = TypeVar("T")
 
-# What the runtime's C++ thread-pool reset writes to stderr on every call
+# What the runtime's C++ thread-pool reset logs on every call
 # (``[cpuinfo_utils.cpp:71] Reading file ...``, ``[threadpool.cpp:66] Resetting
 # threadpool to 1 threads.``): progress lines, not problems.
 _RUNTIME_CHATTER = re.compile(r"^\[(cpuinfo_utils|threadpool)\.cpp:\d+\] ")
@@ -44,27 +46,31 @@ def _bindings():  # noqa: ANN202 - the pybind11 extension module
 
 
 def without_runtime_chatter(call: Callable[[], T]) -> T:
-    """Run ``call`` with the C++ runtime's progress lines on stderr dropped.
+    """Run ``call`` with the C++ runtime's progress lines dropped.
 
-    The runtime writes them with ``fprintf`` on file descriptor 2, where no
-    Python setting reaches, so the descriptor is pointed at a temporary file
-    for the call; every other line written meanwhile (from any thread) is
+    The bindings hand the runtime's log to Python's ``sys.stderr``, and C++
+    code may also write to file descriptor 2 directly; both are captured for
+    the call, and every other line written meanwhile (from any thread) is
     passed on to stderr afterwards.
     """
-    sys.stderr.flush()
+    target = sys.stderr
+    target.flush()
+    python_side = io.StringIO()
     saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as captured:
-        os.dup2(captured.fileno(), 2)
+    with tempfile.TemporaryFile(mode="w+b") as native_side:
+        os.dup2(native_side.fileno(), 2)
         try:
-            return call()
+            with contextlib.redirect_stderr(python_side):
+                return call()
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-            captured.seek(0)
-            for line in captured.read().decode(errors="replace").splitlines(keepends=True):
+            native_side.seek(0)
+            text = python_side.getvalue() + native_side.read().decode(errors="replace")
+            for line in text.splitlines(keepends=True):
                 if not _RUNTIME_CHATTER.match(line):
-                    sys.stderr.write(line)
-            sys.stderr.flush()
+                    target.write(line)
+            target.flush()
 
 
 def set_executorch_threads(threads: int) -> None:
