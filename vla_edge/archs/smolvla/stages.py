@@ -1,0 +1,293 @@
+"""SmolVLA split into three fixed-shape stages: ``vision_encoder``, ``fusion``, ``action_head``.
+
+Each stage is an ``nn.Module`` over tensors only (no cache objects, no data-dependent
+control flow), sharing the parameters of one
+:class:`~vla_edge.archs.smolvla.model.SmolVLAModel`, so
+``torch.export.export(stage, inputs, strict=False)`` traces it:
+
+* ``vision_encoder``: images ``[n_slots, 3, 512, 512]`` in [-1, 1] → ``image_tokens``
+  ``[n_slots, 64, 960]`` (pixel-shuffled, projected, scaled by ``sqrt(960)``).
+* ``fusion``: image tokens, slot mask, token ids and mask, and the state → the backbone's
+  per-layer post-RoPE key/value cache ``prefix_keys`` / ``prefix_values``
+  ``[num_vlm_layers, 1, kv_heads, L_prefix, head_dim]`` and ``prefix_pad`` ``[1, L_prefix]``
+  (the state is the prefix's last token, so fusion reads it, not the action head).
+* ``action_head``: the cache, explicit noise and an executed prefix → actions, with the K
+  Euler steps unrolled. The cross-attention layers' projections of the cache are the same
+  at every step and are computed once, before the loop. Executed-prefix inpainting as π0's
+  action head: before each step the rows under ``prefix_mask`` are set to the flow path
+  ``t * noise + (1 - t) * prefix_actions``, and the output rows under the mask equal
+  ``prefix_actions``; an all-zero mask gives exactly :meth:`SmolVLAModel.sample_actions`.
+
+:func:`build_stages` returns them with example inputs and each tensor's declaration
+(:class:`~vla_edge.archs.pi0.stages.TensorSpec`: name, shape, dtype, source; ``source`` is
+``host:<name>`` or ``stage:<stage>.<output>``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from vla_edge.archs.pi0.stages import TensorSpec
+from vla_edge.archs.smolvla.layers import flow_times, time_embedding
+from vla_edge.archs.smolvla.model import ActionParts, PrefixParts, SmolVLAModel, VisionParts
+
+HOST_INPUTS = (
+    "images",
+    "image_mask",
+    "token_ids",
+    "token_mask",
+    "state",
+    "noise",
+    "prefix_actions",
+    "prefix_mask",
+)
+"""Names of the tensors the host feeds."""
+
+STAGE_NAMES = ("vision_encoder", "fusion", "action_head")
+
+ACTION_PROJECTIONS = (
+    "action_in_proj",
+    "action_out_proj",
+    "action_time_mlp_in",
+    "action_time_mlp_out",
+)
+"""The action head's projections (``state_proj`` belongs to fusion)."""
+
+
+class VisionEncoderStage(nn.Module, VisionParts):
+    """images ``[n_slots, 3, H, W]`` → image tokens ``[n_slots, tokens, width]``.
+
+    Holds only the vision encoder and the connector (the model's own modules, not copies).
+    """
+
+    def __init__(self, model: SmolVLAModel) -> None:
+        super().__init__()
+        self.vision_model = model.vision_model
+        self.connector = model.connector
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Vision encoder, pixel shuffle, projection and ``* sqrt(width)``, per slot."""
+        return self.embed_images(images)
+
+
+class FusionStage(nn.Module, PrefixParts):
+    """Image tokens, the prompt and the state → the prefix key/value cache and its pad mask.
+
+    Holds only the backbone's text model (token table, kept layers, unread final norm)
+    and ``state_proj``.
+    """
+
+    def __init__(self, model: SmolVLAModel) -> None:
+        super().__init__()
+        self.config = model.config
+        self.text_model = model.text_model
+        self.state_proj = model.state_proj
+
+    def forward(
+        self,
+        image_tokens: torch.Tensor,
+        image_mask: torch.Tensor,
+        token_ids: torch.Tensor,
+        token_mask: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns ``(prefix_keys, prefix_values, prefix_pad)`` (``prefix_pad`` float 0/1)."""
+        embs, pad = self.embed_prefix(image_tokens, image_mask, token_ids, token_mask, state)
+        keys, values = self.prefix_cache(embs, pad)
+        return torch.stack(keys), torch.stack(values), pad.to(torch.float32)
+
+
+class ActionHeadStage(nn.Module, ActionParts):
+    """The prefix cache, noise and executed prefix → actions, K Euler steps unrolled.
+
+    Holds only the action expert and the action/time projections. The time embeddings of
+    the K flow times are constants, computed here once (float64 arithmetic, as LeRobot's),
+    so the exported program holds no float64.
+    """
+
+    def __init__(self, model: SmolVLAModel) -> None:
+        super().__init__()
+        self.config = model.config
+        self.expert = model.expert
+        for name in ACTION_PROJECTIONS:
+            setattr(self, name, getattr(model, name))
+        c = model.config
+        self.times = flow_times(c.flow_steps)
+        self.dt = -1.0 / c.flow_steps
+        table = time_embedding(
+            torch.tensor(self.times, dtype=torch.float32),
+            c.expert_width,
+            c.min_period,
+            c.max_period,
+        )
+        self.register_buffer("time_embeddings", table, persistent=False)
+
+    def forward(
+        self,
+        prefix_keys: torch.Tensor,
+        prefix_values: torch.Tensor,
+        prefix_pad: torch.Tensor,
+        noise: torch.Tensor,
+        prefix_actions: torch.Tensor,
+        prefix_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Actions ``[1, H, action_dim]``; rows under ``prefix_mask`` equal ``prefix_actions``."""
+        keep = prefix_mask[:, :, None]
+        free = 1.0 - keep
+        kv = self.expert_kv(prefix_keys, prefix_values)
+        x_t = noise
+        for step, t in enumerate(self.times):
+            x_t = free * x_t + keep * (t * noise + (1.0 - t) * prefix_actions)
+            time_emb = self.time_embeddings[step : step + 1].expand(noise.shape[0], -1)
+            v_t = self.velocity(kv, prefix_pad, x_t, time_emb)
+            x_t = x_t + self.dt * v_t
+        return free * x_t + keep * prefix_actions
+
+
+@dataclass
+class SmolVLAStages:
+    """The three stages of one model, their example inputs and tensor declarations."""
+
+    model: SmolVLAModel
+    vision_encoder: VisionEncoderStage
+    fusion: FusionStage
+    action_head: ActionHeadStage
+
+    def modules(self) -> dict[str, nn.Module]:
+        """Stage name → module, in run order."""
+        return {name: getattr(self, name) for name in STAGE_NAMES}
+
+    def _cache_shape(self) -> tuple[int, ...]:
+        c = self.model.config
+        t = c.text
+        return (c.depth, 1, t.num_kv_heads, c.prefix_len, t.head_dim)
+
+    def inputs(self) -> dict[str, list[TensorSpec]]:
+        """Each stage's inputs, in the order its ``forward`` takes them."""
+        c = self.model.config
+        v = c.vision
+        cache = self._cache_shape()
+        chunk = (1, c.chunk_size, c.action_dim)
+        return {
+            "vision_encoder": [
+                TensorSpec(
+                    "images", (c.n_slots, 3, v.image_size, v.image_size), "float32", "host:images"
+                ),
+            ],
+            "fusion": [
+                TensorSpec(
+                    "image_tokens",
+                    (c.n_slots, v.num_tokens, c.text.width),
+                    "float32",
+                    "stage:vision_encoder.image_tokens",
+                ),
+                TensorSpec("image_mask", (c.n_slots,), "float32", "host:image_mask"),
+                TensorSpec("token_ids", (1, c.max_token_len), "int64", "host:token_ids"),
+                TensorSpec("token_mask", (1, c.max_token_len), "float32", "host:token_mask"),
+                TensorSpec("state", (1, c.state_dim), "float32", "host:state"),
+            ],
+            "action_head": [
+                TensorSpec("prefix_keys", cache, "float32", "stage:fusion.prefix_keys"),
+                TensorSpec("prefix_values", cache, "float32", "stage:fusion.prefix_values"),
+                TensorSpec("prefix_pad", (1, c.prefix_len), "float32", "stage:fusion.prefix_pad"),
+                TensorSpec("noise", chunk, "float32", "host:noise"),
+                TensorSpec("prefix_actions", chunk, "float32", "host:prefix_actions"),
+                TensorSpec("prefix_mask", (1, c.chunk_size), "float32", "host:prefix_mask"),
+            ],
+        }
+
+    def outputs(self) -> dict[str, list[TensorSpec]]:
+        """Each stage's outputs, in the order its ``forward`` returns them."""
+        c = self.model.config
+        cache = self._cache_shape()
+        return {
+            "vision_encoder": [
+                TensorSpec(
+                    "image_tokens",
+                    (c.n_slots, c.vision.num_tokens, c.text.width),
+                    "float32",
+                    "output",
+                ),
+            ],
+            "fusion": [
+                TensorSpec("prefix_keys", cache, "float32", "output"),
+                TensorSpec("prefix_values", cache, "float32", "output"),
+                TensorSpec("prefix_pad", (1, c.prefix_len), "float32", "output"),
+            ],
+            "action_head": [
+                TensorSpec("actions", (1, c.chunk_size, c.action_dim), "float32", "output"),
+            ],
+        }
+
+    def example_inputs(self, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+        """Example inputs for every stage (random, of the declared shapes and dtypes).
+
+        The image mask marks the last slot absent and the prompt fills half the token
+        slots, so masks are exercised when tracing.
+        """
+        c = self.model.config
+        gen = torch.Generator().manual_seed(seed)
+        specs = self.inputs()
+        values: dict[str, torch.Tensor] = {}
+        for stage in STAGE_NAMES:
+            for spec in specs[stage]:
+                values[spec.name] = _example(spec, c.text.vocab_size, gen)
+        values["image_mask"] = torch.ones(c.n_slots)
+        values["image_mask"][-1] = 0.0
+        values["token_mask"] = (torch.arange(c.max_token_len) < max(1, c.max_token_len // 2))[
+            None
+        ].float()
+        values["prefix_pad"] = torch.cat(
+            [
+                values["image_mask"].repeat_interleave(c.vision.num_tokens)[None],
+                values["token_mask"],
+                torch.ones(1, 1),
+            ],
+            dim=1,
+        )
+        values["prefix_mask"] = torch.zeros(1, c.chunk_size)
+        return {stage: tuple(values[s.name] for s in specs[stage]) for stage in STAGE_NAMES}
+
+
+def _example(spec: TensorSpec, vocab_size: int, gen: torch.Generator) -> torch.Tensor:
+    if spec.dtype == "int64":
+        return torch.randint(0, vocab_size, spec.shape, generator=gen)
+    if spec.name == "images":
+        return torch.rand(spec.shape, generator=gen) * 2.0 - 1.0
+    return torch.randn(spec.shape, generator=gen)
+
+
+def build_stages(model: SmolVLAModel) -> SmolVLAStages:
+    """The three stages of ``model``, sharing its parameters (no copies)."""
+    model.eval()
+    return SmolVLAStages(
+        model=model,
+        vision_encoder=VisionEncoderStage(model),
+        fusion=FusionStage(model),
+        action_head=ActionHeadStage(model),
+    )
+
+
+@torch.no_grad()
+def run_stages(
+    stages: SmolVLAStages,
+    images: torch.Tensor,
+    image_mask: torch.Tensor,
+    token_ids: torch.Tensor,
+    token_mask: torch.Tensor,
+    state: torch.Tensor,
+    noise: torch.Tensor,
+    prefix_actions: torch.Tensor | None = None,
+    prefix_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Run the three stages in order, as a runner would (no executed prefix by default)."""
+    tokens = stages.vision_encoder(images)
+    keys, values, pad = stages.fusion(tokens, image_mask, token_ids, token_mask, state)
+    if prefix_actions is None:
+        prefix_actions = torch.zeros_like(noise)
+    if prefix_mask is None:
+        prefix_mask = torch.zeros(noise.shape[:2])
+    return stages.action_head(keys, values, pad, noise, prefix_actions, prefix_mask)
