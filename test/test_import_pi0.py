@@ -16,6 +16,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import load_file, save_file
 
+from vla_edge.archs import common as common_module
 from vla_edge.archs.import_cli import Robot, default_robot, import_checkpoint
 from vla_edge.archs.pi0 import GemmaSize, Pi0Config, Pi0Model
 from vla_edge.archs.pi0 import checkpoint as ckpt_module
@@ -657,7 +658,7 @@ def test_bad_checkpoint_is_a_named_error_before_any_tensor_is_read(
 ):
     src = world["ckpts"][arch]
     bad = make(src, tmp_path / src.name)
-    monkeypatch.setattr(ckpt_module, "safe_open", HeaderOnly)
+    monkeypatch.setattr(common_module, "safe_open", HeaderOnly)  # every safetensors read
     monkeypatch.setattr(ckpt_module, "copy_weights", pytest.fail)  # never reached
     out = tmp_path / "policy"
     with pytest.raises(error, match=words) as info:
@@ -669,9 +670,9 @@ def test_bad_checkpoint_is_a_named_error_before_any_tensor_is_read(
 def test_lerobot_unknown_architecture_is_named(world, tmp_path):
     ckpt, _ = write_lerobot(tmp_path / "ckpt", world["models"]["pi0"], {})
     config = json.loads((ckpt / "config.json").read_text())
-    (ckpt / "config.json").write_text(json.dumps({**config, "type": "smolvla"}))
+    (ckpt / "config.json").write_text(json.dumps({**config, "type": "act"}))
     out = tmp_path / "policy"
-    with pytest.raises(UnknownArchitectureError, match="type = 'smolvla'"):
+    with pytest.raises(UnknownArchitectureError, match="type = 'act'.*pi0, pi05, smolvla"):
         do_import(world, ckpt, out)
     assert not out.exists()
 

@@ -1,14 +1,18 @@
-"""``vla-edge import``: a π0 / π0.5 checkpoint → a policy directory for this robot.
+"""``vla-edge import``: a third-party checkpoint → a policy directory for this robot.
 
-``vla-edge import CKPT --tokenizer paligemma_tokenizer.model --dt-action-s 0.1 --out DIR``
+``vla-edge import CKPT --tokenizer TOKENIZER --dt-action-s 0.1 --out DIR``;
+``vla-edge import --list`` prints the architectures and the layouts each reads
+(:mod:`vla_edge.archs.registry`).
 
-``CKPT`` is openpi's converted PyTorch layout (``model.safetensors``, ``config.json``,
-``assets/<asset_id>/norm_stats.json``) or LeRobot's pretrained layout (``config.json`` with
-``"type": "pi0" | "pi05"``, ``model.safetensors``, the processors' statistics). Every key and
-shape is checked from the safetensors header before a tensor is read
-(:mod:`vla_edge.archs.pi0.checkpoint`); then the camera map, the action space (against the
-robot's joints, with its kinematics for ``eef_delta``) and the tokenizer (against the
-embedding table) are checked, and only then is the directory written
+``CKPT`` is openpi's converted PyTorch layout (π0, π0.5: ``model.safetensors``,
+``config.json``, ``assets/<asset_id>/norm_stats.json``) or LeRobot's pretrained layout
+(``config.json`` with ``"type": "pi0" | "pi05" | "smolvla"``, ``model.safetensors``, the
+processors' statistics or older in-weights ones). The registry finds the architecture and
+its ``read_checkpoint`` checks every key and shape from the safetensors header before a
+tensor is read; then the tokenizer (against the embedding table: PaliGemma's SentencePiece
+model, or SmolVLM2's Hugging Face tokenizer directory), the camera map, and the action space
+(against the robot's joints, with its kinematics for ``eef_delta``, and its units against
+the checkpoint's action statistics) are checked, and only then is the directory written
 (:mod:`vla_edge.archs.policy_dir`). Any bad input is a named error and writes nothing.
 
 The robot comes from the package's parameter files (``config/controller.yaml``: joint names
@@ -22,14 +26,21 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from vla_edge.actions.space import NORM_RANGES
 from vla_edge.core.errors import ActionSpaceError, ConfigError, VlaEdgeError
 
 GRIPPER_JOINT = "gripper"
 EE_SITE = "ee"
+UNIT_REACH = {"rad": 2.0 * math.pi, "deg": 360.0}
+"""The farthest a revolute joint's position goes, per unit (a full turn)."""
+NORMALIZED_MARGIN = 1.25
+"""How far past its normalised range a joint's action statistics may reach."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,58 @@ def load_action_space_file(path: Path) -> Any:
     return data["action_space"]
 
 
+def check_action_units(
+    space: dict[str, Any], normalisation: dict[str, Any], feature_dim: int | None, source: str
+) -> None:
+    """The action space against what the checkpoint says of its actions.
+
+    * A dimension at or beyond the checkpoint's real action width (LeRobot's
+      ``output_features.action``) is padding the model was never trained on.
+    * ``joint_position`` units against the action statistics: a dimension whose values reach
+      beyond a full turn cannot be a revolute joint in ``rad`` (LeRobot arms command degrees or
+      a normalised range), nor beyond 360 in ``deg``, nor far outside its ``normalized``
+      range. The reach is ``|mean| + std`` (mean/std) or ``max(|q01|, |q99|)`` (quantiles).
+
+    Raises:
+        ActionSpaceError: naming the dimension, its reach and the units to declare.
+    """
+    used = list(space.get("indices", []))
+    gripper = (space.get("gripper") or {}).get("index")
+    if feature_dim is not None:
+        beyond = [i for i in [*used, gripper] if i is not None and i >= feature_dim]
+        if beyond:
+            raise ActionSpaceError(
+                f"{source}: dimensions {beyond} are beyond the checkpoint's {feature_dim} real "
+                f"action dimensions (config.json output_features.action); the rest is padding"
+            )
+    if space.get("kind") != "joint_position":
+        return
+    units = space.get("units")
+    if units == "normalized":
+        lo, hi = NORM_RANGES[space["norm_mode"]]
+        bound, unit_name = max(abs(lo), abs(hi)) * NORMALIZED_MARGIN, f"normalized {lo:g}..{hi:g}"
+    else:
+        bound, unit_name = UNIT_REACH[units], units
+    actions = normalisation["actions"]
+    if actions["kind"] == "mean_std":
+        reach = np.abs(np.asarray(actions["mean"])) + np.asarray(actions["std"])
+    else:
+        reach = np.maximum(np.abs(actions["q01"]), np.abs(actions["q99"]))
+    for i in used:
+        if i < reach.size and reach[i] > bound:
+            hint = {
+                "rad": "degrees or a normalised range: pass --action-space with units: deg, "
+                "or units: normalized with its calibration",
+                "deg": "a normalised range or another quantity: check --action-space",
+                "normalized": "not this range: check norm_mode and units in --action-space",
+            }[str(units)]
+            raise ActionSpaceError(
+                f"{source}: joint_position units {unit_name}, but the checkpoint's action "
+                f"statistics reach {reach[i]:.4g} in dimension {i} (beyond {bound:.4g}); the "
+                f"actions look like {hint}"
+            )
+
+
 def import_checkpoint(
     checkpoint: str | Path,
     out: str | Path,
@@ -161,57 +224,74 @@ def import_checkpoint(
 ) -> Any:
     """Check everything, then write the policy directory; returns the loaded ``PolicyDir``.
 
+    The architecture comes from :func:`vla_edge.archs.registry.find` (``options.architecture``
+    wins); its ``read_checkpoint`` checks the header and reads the statistics, its
+    ``copy_weights`` writes the weights.
+
     Args:
-        options: :class:`~vla_edge.archs.pi0.checkpoint.ImportOptions`.
+        tokenizer: a SentencePiece model (π0, π0.5) or a Hugging Face tokenizer directory
+            (SmolVLA), as the architecture's entry says.
+        options: :class:`~vla_edge.archs.common.ImportOptions`.
         cameras: slot → robot camera (``None``: masked) overriding the defaults.
         action_space: a YAML file with an ``action_space`` section, or the section itself;
             ``None``: :func:`default_action_space`.
     """
-    from vla_edge.archs.pi0.checkpoint import ImportOptions, copy_weights, read_checkpoint
+    from vla_edge.archs import registry
+    from vla_edge.archs.common import ImportOptions
     from vla_edge.archs.policy_dir import (
         camera_map,
         check_output_dir,
+        hf_tokenizer_entry,
         sha256_file,
         tokenizer_entry,
+        tokenizer_files,
         write_policy_dir,
     )
 
     out, checkpoint, tokenizer = Path(out), Path(checkpoint), Path(tokenizer)
+    options = options or ImportOptions()
     check_output_dir(out, force)
     if not (math.isfinite(dt_action_s) and dt_action_s > 0):
         raise ConfigError(f"--dt-action-s = {dt_action_s}: expected a finite number > 0")
-    ckpt = read_checkpoint(checkpoint, options or ImportOptions())
-    config = ckpt.config
-    tok = tokenizer_entry(tokenizer, config.vocab_size, config.max_token_len)
-    slots = camera_map(config.image_slots, robot.cameras, cameras)
+    arch = registry.find(checkpoint, options.architecture)
+    given = [name for name, value in vars(options).items() if value is not None]
+    foreign = [name for name in given if name not in arch.options]
+    if foreign:
+        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+        raise ConfigError(f"{flags}: not read for {arch.name} ({arch.title}); leave them out")
+    ckpt = arch.resolve("read_checkpoint")(checkpoint, replace(options, architecture=arch.name))
+    facts = arch.facts(ckpt.config)
+    if arch.tokenizer == "huggingface":
+        tok = hf_tokenizer_entry(tokenizer, facts.vocab_size, facts.max_token_len)
+    else:
+        tok = tokenizer_entry(tokenizer, facts.vocab_size, facts.max_token_len)
+    slots = camera_map(facts.image_slots, robot.cameras, cameras)
     if action_space is None:
-        section, source = default_action_space(config.action_dim, robot), "default action_space"
+        section, source = default_action_space(facts.action_dim, robot), "default action_space"
     elif isinstance(action_space, dict):
         section, source = action_space, "action_space"
     else:
         section = load_action_space_file(Path(action_space))
         source = f"{action_space}: action_space"
-    space = check_action_space(section, config.action_dim, robot, source)
+    space = check_action_space(section, facts.action_dim, robot, source)
+    check_action_units(space, ckpt.normalisation, ckpt.action_feature_dim, source)
     data = {
         "format": "vla_edge.policy.v1",
         "architecture": ckpt.architecture,
-        "config": config.model_dump(mode="json"),
-        "chunk_horizon": config.action_horizon,
+        "config": ckpt.config.model_dump(mode="json"),
+        "chunk_horizon": facts.chunk_horizon,
         "dt_action_s": float(dt_action_s),
         "joint_names": list(robot.joint_names),
         "images": {
             "slots": slots,
-            "height": config.vision.image_size,
-            "width": config.vision.image_size,
-            "pixel_range": [-1.0, 1.0],
-            "resize": "pad",
+            "height": facts.image_size,
+            "width": facts.image_size,
+            **facts.images,
         },
         "action_space": space,
         "normalisation": ckpt.normalisation,
         "tokenizer": tok,
-        "prompt": {"format": "pi05_state", "state_bins": 256}
-        if config.state_in_prompt
-        else {"format": "pi0"},
+        "prompt": facts.prompt,
         "source": {
             "layout": ckpt.layout,
             "path": str(checkpoint.resolve()),
@@ -222,12 +302,13 @@ def import_checkpoint(
             "config_json": ckpt.config_json,
         },
     }
+    copy = arch.resolve("copy_weights")
     return write_policy_dir(
         out,
         data,
-        lambda path, metadata: copy_weights(ckpt, path, metadata),
+        lambda path, metadata: copy(ckpt, path, metadata),
         ckpt.weights_dtypes,
-        tokenizer,
+        tokenizer_files(tok, tokenizer),
         force=force,
     )
 
@@ -261,24 +342,30 @@ def _bool(text: str) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``vla-edge import``."""
-    parser.add_argument("checkpoint", type=Path, help="openpi or LeRobot checkpoint directory")
-    parser.add_argument("--out", type=Path, required=True, help="policy directory to write")
+    parser.add_argument(
+        "checkpoint", type=Path, nargs="?", help="openpi or LeRobot checkpoint directory"
+    )
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print the supported architectures and the layouts each reads, and exit",
+    )
+    parser.add_argument("--out", type=Path, help="policy directory to write (required)")
     parser.add_argument(
         "--tokenizer",
         type=Path,
-        required=True,
-        help="PaliGemma's SentencePiece model (paligemma_tokenizer.model); never fetched",
+        help="(required) π0/π0.5: PaliGemma's SentencePiece model (paligemma_tokenizer.model); "
+        "SmolVLA: SmolVLM2's Hugging Face tokenizer directory (tokenizer.json); never fetched",
     )
     parser.add_argument(
         "--dt-action-s",
         type=float,
-        required=True,
-        help="seconds between the chunk's steps (the control period the checkpoint was trained at)",
+        help="(required) seconds between the chunk's steps (the control period the checkpoint "
+        "was trained at)",
     )
     parser.add_argument(
         "--architecture",
-        choices=("pi0", "pi05"),
-        help="wins over LeRobot's type and openpi's directory name ('pi05' in it)",
+        help="wins over LeRobot's type and openpi's directory name ('pi05' in it); see --list",
     )
     parser.add_argument("--asset-id", help="openpi: assets/<asset_id>/norm_stats.json")
     parser.add_argument(
@@ -287,9 +374,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="SLOT=CAMERA",
-        help="map a checkpoint image slot to a robot camera, or SLOT=none to mask it; repeatable",
+        help="map a checkpoint image slot (openpi base_0_rgb, LeRobot observation.images.top) "
+        "to a robot camera, or SLOT=none to mask it; repeatable",
     )
-    parser.add_argument("--action-space", type=Path, help="YAML file with an action_space section")
+    parser.add_argument(
+        "--action-space",
+        type=Path,
+        help="YAML file with an action_space section (units rad, deg, or normalized with a "
+        "calibration); default: joint_position in rad",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     robot = parser.add_argument_group("the robot (default: the package's parameter files)")
     robot.add_argument("--controller-config", type=Path, help="controller.yaml (joints, limits)")
@@ -304,9 +397,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     robot.add_argument("--ee-site", default=EE_SITE, help="end-effector site in --robot-mjcf")
     sizes = parser.add_argument_group("what the checkpoint may not say")
-    sizes.add_argument("--paligemma-variant", help="gemma_2b, dummy, ...")
-    sizes.add_argument("--expert-variant", help="gemma_300m, dummy, ...")
-    sizes.add_argument("--vision-heads", type=int, help="SigLIP attention heads")
+    sizes.add_argument("--paligemma-variant", help="π0: gemma_2b, dummy, ...")
+    sizes.add_argument("--expert-variant", help="π0: gemma_300m, dummy, ...")
+    sizes.add_argument("--vision-heads", type=int, help="SigLIP / SmolVLM vision attention heads")
+    sizes.add_argument("--text-heads", type=int, help="SmolVLA: SmolVLM text attention heads")
     sizes.add_argument("--action-horizon", type=int, help="steps per chunk")
     sizes.add_argument(
         "--discrete-state-input",
@@ -321,9 +415,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Import and print the policy directory's summary."""
-    from vla_edge.archs.pi0.checkpoint import ImportOptions
+    """Import and print the policy directory's summary (``--list``: the architectures)."""
+    from vla_edge.archs import registry
+    from vla_edge.archs.common import ImportOptions
 
+    if args.list:
+        print(registry.listing())
+        return 0
+    missing = [
+        flag
+        for flag, value in (
+            ("CHECKPOINT", args.checkpoint),
+            ("--out", args.out),
+            ("--tokenizer", args.tokenizer),
+            ("--dt-action-s", args.dt_action_s),
+        )
+        if value is None
+    ]
+    if missing:
+        print(f"vla-edge import: {', '.join(missing)} required (or --list)", file=sys.stderr)
+        return 2
     try:
         mjcf = None if str(args.robot_mjcf).lower() == "none" else args.robot_mjcf
         robot = default_robot(
@@ -341,6 +452,7 @@ def run(args: argparse.Namespace) -> int:
             paligemma_variant=args.paligemma_variant,
             expert_variant=args.expert_variant,
             vision_heads=args.vision_heads,
+            text_heads=args.text_heads,
             action_horizon=args.action_horizon,
             discrete_state_input=args.discrete_state_input,
             delta_actions=args.delta_actions,
@@ -360,9 +472,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"vla-edge import: {exc}", file=sys.stderr)
         return 2
     norm = policy.normalisation
+    space = policy.action_space
     print(f"{policy.path}: {policy.architecture} from {policy.source['layout']} layout")
     print(f"  cameras: {policy.cameras}")
-    print(f"  action space: {policy.action_space['kind']} on dims {policy.action_space['indices']}")
+    print(f"  action space: {space['kind']} ({space.get('units', '-')}) on dims {space['indices']}")
     print(f"  normalisation: {norm['kind']} (epsilon {norm['epsilon']:g})")
     print(f"  chunk: {policy.chunk_horizon} steps every {policy.dt_action_s} s")
     return 0

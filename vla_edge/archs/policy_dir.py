@@ -5,14 +5,15 @@ reads and validates it::
 
     DIR/policy.yaml         format vla_edge.policy.v1 (below)
     DIR/model.safetensors   the weights in this package's key layout (no pickle)
-    DIR/tokenizer.model     the tokenizer the user gave (PaliGemma's SentencePiece model)
+    DIR/tokenizer.model     the tokenizer the user gave: PaliGemma's SentencePiece model
+    DIR/tokenizer/          ... or a Hugging Face tokenizer directory (SmolVLA: SmolVLM2's)
 
 ``policy.yaml``::
 
     format: vla_edge.policy.v1
-    architecture: pi0                      # or pi05
-    config: {...}                          # Pi0Config.model_dump(): every size
-    chunk_horizon: 50                      # = config.action_horizon
+    architecture: pi0                      # or pi05, smolvla (vla_edge.archs.registry)
+    config: {...}                          # the architecture's config: every size
+    chunk_horizon: 50                      # = config.action_horizon (SmolVLA: chunk_size)
     dt_action_s: 0.1
     joint_names: [joint1, ..., gripper]    # the robot's, in the controller's order
     images:
@@ -23,7 +24,8 @@ reads and validates it::
       height: 224
       width: 224
       pixel_range: [-1.0, 1.0]
-      resize: pad                          # aspect-preserving resize with padding
+      resize: pad                          # aspect kept, centred on zeros (openpi);
+                                           # pad_top_left: zeros left and top (LeRobot SmolVLA)
     action_space: {kind: joint_position, policy_dim: 32, indices: [...], ...}
     normalisation:                         # the export manifest's field names
       kind: mean_std                       # or quantile; per_part when state and actions differ
@@ -33,7 +35,9 @@ reads and validates it::
       delta_actions: [false, ...]          # one per action statistic
     tokenizer: {file: tokenizer.model, kind: sentencepiece, sha256: ..., vocab_size: N,
                 max_token_len: 48}
-    prompt: {format: pi0}                  # or pi05_state (π0.5's discretised state)
+               # or {file: tokenizer/tokenizer.json, kind: huggingface, dir: tokenizer,
+               #     files: {tokenizer.json: sha256, ...}, sha256: ..., vocab_size: N, ...}
+    prompt: {format: pi0}                  # pi05_state (π0.5's discretised state), smolvla
     weights: {file: model.safetensors, sha256: ..., dtypes: [float32]}
     source: {layout: openpi, path: ..., weights_sha256: ..., asset_id: ..., stats_file: ...}
 
@@ -56,7 +60,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from vla_edge.archs.pi0.config import Pi0Config
+from vla_edge.archs import registry
 from vla_edge.core.errors import (
     CameraMapError,
     ConfigError,
@@ -71,11 +75,26 @@ FORMAT = "vla_edge.policy.v1"
 POLICY_FILE = "policy.yaml"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.model"
-ARCHITECTURES = {"pi0": Pi0Config, "pi05": Pi0Config}
-"""Architecture name → its config class."""
-PROMPT_FORMATS = ("pi0", "pi05_state")
+TOKENIZER_DIR = "tokenizer"
+"""Where a Hugging Face tokenizer directory's files go."""
+HF_TOKENIZER_JSON = "tokenizer.json"
+HF_TOKENIZER_FILES = (
+    HF_TOKENIZER_JSON,
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.json",
+    "chat_template.jinja",
+)
+"""The files of a Hugging Face tokenizer directory that are copied (``tokenizer.json``
+required); weights or processor files next to them are not."""
+PROMPT_FORMATS = ("pi0", "pi05_state", "smolvla")
 """``pi0``: ``encode(clean(task), bos) + encode("\\n")``; ``pi05_state``: π0.5's
-``"Task: ..., State: <256 bins>;\\nAction: "`` with BOS (:mod:`vla_edge.archs.pi0.prompt`)."""
+``"Task: ..., State: <256 bins>;\\nAction: "`` with BOS (:mod:`vla_edge.archs.pi0.prompt`);
+``smolvla``: LeRobot's ``task + "\\n"``, right-padded to ``max_token_len`` with a mask."""
+RESIZE_MODES = ("pad", "pad_top_left")
 
 SECTION_STATS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
 """Each normalisation kind's statistics (low, high)."""
@@ -88,6 +107,8 @@ DEFAULT_CAMERAS: dict[str, str | None] = {
     "wrist_image": "wrist",
 }
 """Default robot camera per checkpoint slot (openpi's slots; LIBERO's LeRobot feature names)."""
+IMAGES_PREFIX = "observation.images."
+"""LeRobot's image feature prefix (SmolVLA keeps it in its slot names)."""
 MASKED = ("none", "null", "")
 """``--camera SLOT=none`` masks a slot."""
 
@@ -111,7 +132,8 @@ def camera_map(
 ) -> list[dict[str, str | None]]:
     """Each slot's robot camera (``None``: masked): the overrides, else :data:`DEFAULT_CAMERAS`.
 
-    A slot without a default takes the robot camera of the same name, or is masked.
+    A slot without a default takes the robot camera of the same name, or is masked. LeRobot's
+    full feature names (``observation.images.wrist``) are looked up without the prefix.
 
     Raises:
         CameraMapError: an override names a slot the model lacks, a slot maps to a camera
@@ -126,8 +148,9 @@ def camera_map(
     out = []
     for slot in slots:
         given = slot in overrides
-        camera = overrides[slot] if given else DEFAULT_CAMERAS.get(slot, slot)
-        if not given and slot not in DEFAULT_CAMERAS and camera not in robot_cameras:
+        short = slot.removeprefix(IMAGES_PREFIX)
+        camera = overrides[slot] if given else DEFAULT_CAMERAS.get(short, short)
+        if not given and short not in DEFAULT_CAMERAS and camera not in robot_cameras:
             camera = None
         if camera is not None and camera not in robot_cameras:
             how = "" if given else " (the default)"
@@ -292,6 +315,86 @@ def tokenizer_entry(path: Path, vocab_size: int, max_token_len: int) -> dict[str
     }
 
 
+def hf_tokenizer_entry(path: Path, vocab_size: int, max_token_len: int) -> dict[str, Any]:
+    """Check a Hugging Face tokenizer directory against the embedding table; its entry.
+
+    ``tokenizer.json`` is read with the ``tokenizers`` library (nothing is fetched); every
+    id, added tokens included, must have a row. The entry lists the files that are copied
+    (:data:`HF_TOKENIZER_FILES` present in ``path``) with their hashes.
+
+    Raises:
+        TokenizerMismatchError: not a directory with a readable ``tokenizer.json``, or an id
+            ``>= vocab_size``.
+    """
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        what = "is a file" if path.is_file() else "not found"
+        raise TokenizerMismatchError(
+            f"{path}: {what}; expected a Hugging Face tokenizer directory with "
+            f"{HF_TOKENIZER_JSON} (SmolVLM2's; nothing is fetched)"
+        )
+    json_path = path / HF_TOKENIZER_JSON
+    if not json_path.is_file():
+        found = sorted(p.name for p in path.iterdir())[:12]
+        raise TokenizerMismatchError(
+            f"{path}: no {HF_TOKENIZER_JSON} (found: {found}); expected a Hugging Face "
+            "tokenizer directory"
+        )
+    try:
+        tokenizer = Tokenizer.from_file(str(json_path))
+        vocab = tokenizer.get_vocab(with_added_tokens=True)
+    except Exception as exc:  # tokenizers raises its own Exception subclasses
+        raise TokenizerMismatchError(f"{json_path}: not a readable tokenizer: {exc}") from exc
+    ids = max(vocab.values()) + 1 if vocab else 0
+    if ids > vocab_size:
+        top = max(vocab, key=vocab.__getitem__)
+        raise TokenizerMismatchError(
+            f"{json_path}: the tokenizer's ids reach {ids - 1} ({top!r}) but the model's "
+            f"embedding table has {vocab_size} rows (config.text.vocab_size): ids >= "
+            f"{vocab_size} have no embedding; pass the tokenizer the checkpoint was trained "
+            "with (its vlm_model_name's)"
+        )
+    files = {
+        name: sha256_file(path / name) for name in HF_TOKENIZER_FILES if (path / name).is_file()
+    }
+    entry: dict[str, Any] = {
+        "file": f"{TOKENIZER_DIR}/{HF_TOKENIZER_JSON}",
+        "kind": "huggingface",
+        "dir": TOKENIZER_DIR,
+        "files": files,
+        "sha256": files[HF_TOKENIZER_JSON],
+        "vocab_size": ids,
+        "max_token_len": int(max_token_len),
+    }
+    pad = _pad_token(path / "tokenizer_config.json")
+    if pad is not None and tokenizer.token_to_id(pad) is not None:
+        entry["pad_token"] = pad
+        entry["pad_token_id"] = int(tokenizer.token_to_id(pad))
+    return entry
+
+
+def _pad_token(config_path: Path) -> str | None:
+    """``pad_token`` of a ``tokenizer_config.json`` (a string or an AddedToken mapping)."""
+    import json
+
+    try:
+        pad = json.loads(config_path.read_text()).get("pad_token")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(pad, Mapping):
+        pad = pad.get("content")
+    return pad if isinstance(pad, str) else None
+
+
+def tokenizer_files(entry: Mapping[str, Any], src: Path) -> dict[str, Path]:
+    """The files to copy for a tokenizer ``entry``: policy-directory path → source."""
+    if entry["kind"] == "huggingface":
+        return {f"{entry['dir']}/{name}": Path(src) / name for name in entry["files"]}
+    return {str(entry["file"]): Path(src)}
+
+
 def check_output_dir(out: Path, force: bool) -> None:
     """Refuse an existing output directory unless ``force``."""
     if out.exists() and not force:
@@ -309,7 +412,8 @@ class PolicyDir:
 
     path: Path
     architecture: str
-    config: Pi0Config
+    config: Any
+    """The architecture's config (:attr:`vla_edge.archs.registry.Architecture.config`)."""
     chunk_horizon: int
     dt_action_s: float
     joint_names: tuple[str, ...]
@@ -333,8 +437,13 @@ class PolicyDir:
 
     @property
     def tokenizer_path(self) -> Path:
-        """The tokenizer file."""
+        """The tokenizer file (a Hugging Face directory's ``tokenizer.json``)."""
         return self.path / self.tokenizer["file"]
+
+    @property
+    def tokenizer_dir(self) -> Path | None:
+        """A Hugging Face tokenizer's directory (``AutoTokenizer.from_pretrained``), or None."""
+        return self.path / self.tokenizer["dir"] if "dir" in self.tokenizer else None
 
     def manifest_normalisation(self, n: int) -> dict[str, Any]:
         """The section cut (or padded with identity statistics) to ``n`` dimensions.
@@ -404,21 +513,23 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
     if fmt != FORMAT:
         raise PolicyDirError(f"{where}: format = {fmt!r}, expected {FORMAT!r}")
     architecture = data.get("architecture")
-    if architecture not in ARCHITECTURES:
+    arch = registry.ARCHITECTURES.get(architecture) if isinstance(architecture, str) else None
+    if arch is None or arch.facts is None:
         raise UnknownArchitectureError(
-            f"{where}: architecture = {architecture!r} is not one of {tuple(ARCHITECTURES)}"
+            f"{where}: architecture = {architecture!r} is not one of {registry.importable()}"
         )
     try:
-        config = ARCHITECTURES[architecture](**_require(data, "config", dict, where))
+        config = arch.config_class()(**_require(data, "config", dict, where))
     except ConfigError as exc:
         raise PolicyDirError(f"{where}: config: {exc}") from exc
-    if config.pi05 != (architecture == "pi05"):
-        raise PolicyDirError(f"{where}: config.pi05 = {config.pi05} contradicts {architecture}")
+    problem = arch.check(config) if arch.check is not None else None
+    if problem:
+        raise PolicyDirError(f"{where}: {problem}")
+    facts = arch.facts(config)
     horizon = _require(data, "chunk_horizon", int, where)
-    if horizon != config.action_horizon:
+    if horizon != facts.chunk_horizon:
         raise PolicyDirError(
-            f"{where}: chunk_horizon = {horizon}, expected config.action_horizon = "
-            f"{config.action_horizon}"
+            f"{where}: chunk_horizon = {horizon}, expected the config's {facts.chunk_horizon}"
         )
     dt = _require(data, "dt_action_s", (int, float), where)
     if not (math.isfinite(dt) and dt > 0):
@@ -429,22 +540,32 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
     images = _require(data, "images", dict, where)
     slots = images.get("slots")
     names = [s.get("name") for s in slots] if isinstance(slots, list) else None
-    if names != list(config.image_slots) or not all(
+    if names != list(facts.image_slots) or not all(
         s.get("camera") is None or isinstance(s.get("camera"), str) for s in slots
     ):
         raise CameraMapError(
             f"{where}: images.slots names {names}, expected the config's image slots "
-            f"{list(config.image_slots)}, each with a camera name or null"
+            f"{list(facts.image_slots)}, each with a camera name or null"
+        )
+    if images.get("resize") not in RESIZE_MODES:
+        raise PolicyDirError(
+            f"{where}: images.resize = {images.get('resize')!r}, expected one of {RESIZE_MODES}"
         )
     normalisation = _require(data, "normalisation", dict, where)
     check_normalisation(normalisation, str(where))
     tokenizer = _require(data, "tokenizer", dict, where)
-    if tokenizer.get("kind") != "sentencepiece" or not tokenizer.get("file"):
-        raise PolicyDirError(f"{where}: tokenizer = {tokenizer!r}: expected a sentencepiece file")
-    if int(tokenizer.get("vocab_size", 0)) > config.vocab_size:
+    if tokenizer.get("kind") != arch.tokenizer or not tokenizer.get("file"):
+        raise PolicyDirError(
+            f"{where}: tokenizer = {tokenizer!r}: expected a {arch.tokenizer} tokenizer"
+        )
+    if arch.tokenizer == "huggingface" and not (
+        isinstance(tokenizer.get("files"), dict) and isinstance(tokenizer.get("dir"), str)
+    ):
+        raise PolicyDirError(f"{where}: tokenizer = {tokenizer!r}: needs dir and files")
+    if int(tokenizer.get("vocab_size", 0)) > facts.vocab_size:
         raise TokenizerMismatchError(
-            f"{where}: tokenizer.vocab_size = {tokenizer.get('vocab_size')} exceeds "
-            f"config.vocab_size = {config.vocab_size}"
+            f"{where}: tokenizer.vocab_size = {tokenizer.get('vocab_size')} exceeds the "
+            f"config's vocabulary of {facts.vocab_size}"
         )
     prompt = _require(data, "prompt", dict, where)
     if prompt.get("format") not in PROMPT_FORMATS:
@@ -495,13 +616,18 @@ def load_policy_dir(path: str | Path, verify_sha256: bool = False) -> PolicyDir:
         raise PolicyDirError(f"{where}: top level must be a mapping")
     policy = policy_from_dict(data, path)
     if verify_sha256:
-        for entry in (policy.weights, policy.tokenizer):
-            found = sha256_file(path / entry["file"])
-            if found != entry.get("sha256"):
-                raise PolicyDirError(
-                    f"{where}: {entry['file']} has sha256 {found}, policy.yaml says "
-                    f"{entry.get('sha256')}"
-                )
+        expected = {policy.weights["file"]: policy.weights.get("sha256")}
+        tok = policy.tokenizer
+        if "files" in tok:
+            expected.update({f"{tok['dir']}/{n}": sha for n, sha in tok["files"].items()})
+        else:
+            expected[tok["file"]] = tok.get("sha256")
+        for file, sha in expected.items():
+            if not (path / file).is_file():
+                raise PolicyDirError(f"{where}: {file} not found")
+            found = sha256_file(path / file)
+            if found != sha:
+                raise PolicyDirError(f"{where}: {file} has sha256 {found}, policy.yaml says {sha}")
     return policy
 
 
@@ -510,13 +636,14 @@ def write_policy_dir(
     data: Mapping[str, Any],
     write_weights: Callable[[Path, Mapping[str, str]], None],
     weights_dtypes: Sequence[str],
-    tokenizer_src: Path,
+    tokenizer_src: Path | Mapping[str, Path],
     force: bool = False,
 ) -> PolicyDir:
     """Write a policy directory atomically: into a sibling temporary, then renamed.
 
     ``data`` is ``policy.yaml``'s content without ``weights`` (filled here);
-    ``write_weights(path, metadata)`` writes the safetensors file (no pickle). The
+    ``write_weights(path, metadata)`` writes the safetensors file (no pickle);
+    ``tokenizer_src`` is the SentencePiece model, or :func:`tokenizer_files`' mapping. The
     content is validated before it is renamed into place; nothing is left behind on
     failure.
     """
@@ -529,7 +656,11 @@ def write_policy_dir(
         write_weights(
             weights, {"format": "pt", "policy_format": FORMAT, "architecture": data["architecture"]}
         )
-        shutil.copyfile(tokenizer_src, tmp / TOKENIZER_FILE)
+        if not isinstance(tokenizer_src, Mapping):
+            tokenizer_src = {TOKENIZER_FILE: Path(tokenizer_src)}
+        for name, src in tokenizer_src.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, tmp / name)
         content = {
             **data,
             "weights": {
@@ -557,11 +688,13 @@ __all__ = [
     "FORMAT",
     "PolicyDir",
     "camera_map",
+    "hf_tokenizer_entry",
     "check_normalisation",
     "check_output_dir",
     "load_policy_dir",
     "policy_from_dict",
     "sha256_file",
     "tokenizer_entry",
+    "tokenizer_files",
     "write_policy_dir",
 ]

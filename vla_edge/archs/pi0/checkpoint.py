@@ -28,35 +28,43 @@ Normalisation (the ``normalisation`` section of the policy directory):
 
 * openpi: π0 ``mean_std`` and π0.5 ``quantile`` (``use_quantile_norm = model_type != PI0``),
   epsilon ``1e-6``: ``(x - mean) / (std + eps)`` and ``(x - q01) / (q99 - q01 + eps) * 2 - 1``.
-* LeRobot: the normaliser's mode per feature (``MEAN_STD``, ``QUANTILES``; ``MIN_MAX`` and
-  ``QUANTILE10`` are the quantile formula over min/max and q10/q90, recorded with their mode),
-  its ``eps`` (``1e-8``). LeRobot adds eps to the quantile width only when the width is 0 and
-  leaves it out of the mean/std inverse; at ``1e-8`` either difference is below float32's
-  resolution, so the section keeps openpi's formula.
+* LeRobot: the normaliser's mode per feature and its ``eps`` (``1e-8``), read by
+  :mod:`vla_edge.archs.lerobot` (shared with SmolVLA); π0 defaults to ``MEAN_STD``, π0.5 to
+  ``QUANTILES``.
+
+The header reading, key report and streaming copy are :mod:`vla_edge.archs.common`'s.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import struct
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from safetensors import SafetensorError, safe_open
 
+from vla_edge.archs import lerobot
+from vla_edge.archs.common import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    Checkpoint,
+    ImportOptions,
+    KeyReport,
+    compare_keys,
+    copy_tensors,
+    format_key_report,
+    read_config_json,
+    read_header,
+    read_json,
+    weights_dtypes,
+)
+from vla_edge.archs.common import layer_count as _layer_count
 from vla_edge.archs.pi0.config import IMAGE_SLOTS, PALIGEMMA_VOCAB_SIZE, GemmaSize, Pi0Config
 from vla_edge.archs.pi0.layout import (
     EMBED_TOKENS,
     TIED,
     UNUSED,
-    KeyReport,
-    compare_keys,
     from_openpi,
     lerobot_to_openpi,
     openpi_file_shapes,
@@ -70,17 +78,15 @@ from vla_edge.core.errors import (
     UnknownArchitectureError,
 )
 
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
 NORM_STATS_NAME = "norm_stats.json"
-PREPROCESSOR_NAME = "policy_preprocessor.json"
-POSTPROCESSOR_NAME = "policy_postprocessor.json"
+PREPROCESSOR_NAME = lerobot.PREPROCESSOR_NAME
+POSTPROCESSOR_NAME = lerobot.POSTPROCESSOR_NAME
 LAYOUTS = ("openpi", "lerobot")
 ARCHITECTURES = ("pi0", "pi05")
 
 OPENPI_EPSILON = 1e-6
 """openpi's ``transforms.Normalize`` epsilon (mean/std and quantile alike)."""
-LEROBOT_EPSILON = 1e-8
+LEROBOT_EPSILON = lerobot.EPSILON
 """LeRobot's ``NormalizerProcessorStep.eps`` default."""
 
 VARIANTS = {
@@ -95,65 +101,14 @@ VARIANTS = {
 SIGLIP_HEADS_BY_WIDTH = {1152: 16}
 """SigLIP heads for a hidden width (So400m/14, what openpi's converter hard-codes)."""
 
-COPY_BLOCK_BYTES = 64 << 20
-"""Bytes copied at a time when rewriting the weights (:func:`copy_weights`)."""
-DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
-"""safetensors dtype names → torch's."""
-
-KEYS_SHOWN = 12
-"""Keys listed per kind in a :class:`CheckpointKeysError` message (the counts are all given)."""
-
 _LM = "paligemma_with_expert.paligemma.model.language_model.layers."
 _EXPERT = "paligemma_with_expert.gemma_expert.model.layers."
 _VISION = "paligemma_with_expert.paligemma.model.vision_tower.vision_model."
 _LM_HEAD = "paligemma_with_expert.paligemma.lm_head.weight"
-_LEROBOT_STATS_PREFIXES = ("normalize_inputs.", "normalize_targets.", "unnormalize_outputs.")
-_MODES = {
-    # LeRobot NormalizationMode -> (section kind, low stat, high stat)
-    "MEAN_STD": ("mean_std", "mean", "std"),
-    "QUANTILES": ("quantile", "q01", "q99"),
-    "MIN_MAX": ("quantile", "min", "max"),
-    "QUANTILE10": ("quantile", "q10", "q90"),
-}
 _LEROBOT_DEFAULT_MODES = {"pi0": "MEAN_STD", "pi05": "QUANTILES"}
 
-
-@dataclass(frozen=True)
-class ImportOptions:
-    """What the user may say about a checkpoint where its files are silent or wrong.
-
-    Every field left ``None`` is read from the checkpoint; a field the checkpoint
-    cannot give is a :class:`CheckpointError` naming the option to pass.
-    """
-
-    architecture: str | None = None
-    asset_id: str | None = None
-    paligemma_variant: str | None = None
-    expert_variant: str | None = None
-    vision_heads: int | None = None
-    action_horizon: int | None = None
-    discrete_state_input: bool | None = None
-    delta_actions: tuple[int, ...] | None = None
-    """Action dimensions the model predicts relative to the state (openpi ``DeltaActions``)."""
-
-
-@dataclass(frozen=True)
-class Pi0Checkpoint:
-    """A checked checkpoint: its config, statistics and where each tensor lives."""
-
-    path: Path
-    layout: str
-    architecture: str
-    config: Pi0Config
-    normalisation: dict[str, Any]
-    weights_path: Path
-    key_map: dict[str, str]
-    """This package's key (:func:`policy_file_shapes`) → the file's key."""
-    weights_dtypes: tuple[str, ...]
-    asset_id: str | None = None
-    stats_file: str | None = None
-    """The file the statistics came from, relative to :attr:`path`."""
-    config_json: dict[str, Any] = field(default_factory=dict)
+Pi0Checkpoint = Checkpoint
+"""A checked π0 / π0.5 checkpoint (``config`` is a :class:`Pi0Config`)."""
 
 
 # -- layouts -------------------------------------------------------------------------------
@@ -168,60 +123,7 @@ def policy_file_shapes(config: Pi0Config) -> dict[str, tuple[int, ...]]:
     return {k: s for k, s in openpi_file_shapes(config).items() if k not in UNUSED}
 
 
-def format_key_report(report: KeyReport, source: str, limit: int = KEYS_SHOWN) -> str:
-    """A :class:`CheckpointKeysError` message: counts of each kind, the first ``limit`` keys."""
-
-    def listed(items: Sequence[str]) -> str:
-        shown = ", ".join(items[:limit])
-        more = len(items) - limit
-        return shown + (f", ... and {more} more" if more > 0 else "")
-
-    counts = (
-        f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
-        f"{len(report.misshaped)} mis-shaped"
-    )
-    lines = [f"{source}: the keys do not fit ({counts})"]
-    if report.missing:
-        lines.append(f"  missing ({len(report.missing)}): {listed(report.missing)}")
-    if report.unexpected:
-        lines.append(f"  unexpected ({len(report.unexpected)}): {listed(report.unexpected)}")
-    if report.misshaped:
-        items = [f"{k} {list(found)} (expected {list(exp)})" for k, found, exp in report.misshaped]
-        lines.append(f"  mis-shaped ({len(items)}): {listed(items)}")
-    return "\n".join(lines)
-
-
 # -- the header ----------------------------------------------------------------------------
-
-
-def read_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """``key -> (shape, dtype)`` of a safetensors file, from its header only."""
-    if not path.is_file():
-        raise CheckpointError(f"{path}: weights file not found")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            out = {}
-            for key in f.keys():
-                sl = f.get_slice(key)
-                out[key] = (tuple(int(d) for d in sl.get_shape()), str(sl.get_dtype()))
-            return out
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable safetensors file: {exc}") from exc
-
-
-def _read_json(path: Path, what: str, error: type[CheckpointError] = CheckpointError) -> Any:
-    if not path.is_file():
-        raise error(f"{path}: {what} not found")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise error(f"{path}: {what} is not readable JSON: {exc}") from exc
-
-
-def _layer_count(shapes: Mapping[str, Any], prefix: str) -> int | None:
-    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
-    found = {int(m.group(1)) for k in shapes if (m := pattern.match(k))}
-    return max(found) + 1 if found else None
 
 
 def _gemma_size(variant: Any, depth: int | None, field_name: str, option: str) -> GemmaSize:
@@ -363,7 +265,7 @@ def to_openpi_names(
         ``(openpi name -> file key, LeRobot in-weights statistic -> file key)``. The tied
         embedding is named ``lm_head.weight`` whichever twin the file holds.
     """
-    stats = {k: k for k in header if layout == "lerobot" and k.startswith(_LEROBOT_STATS_PREFIXES)}
+    stats = {k: k for k in (lerobot.stats_keys(header) if layout == "lerobot" else [])}
     weights = {k: k for k in header if k not in stats}
     if layout == "lerobot":
         weights = {new: old for new, old in lerobot_to_openpi(weights, pi05=pi05).items()}
@@ -443,7 +345,7 @@ def openpi_normalisation(
 ) -> tuple[dict[str, Any], str, str]:
     """Openpi's ``assets/<asset_id>/norm_stats.json`` as ``(section, asset_id, file)``."""
     asset_id, file = _find_asset(path / "assets", options.asset_id)
-    data = _read_json(file, NORM_STATS_NAME, NormStatsError)
+    data = read_json(file, NORM_STATS_NAME, NormStatsError)
     stats = data.get("norm_stats") if isinstance(data, Mapping) else None
     if not isinstance(stats, Mapping):
         raise NormStatsError(f"{file}: no 'norm_stats' object")
@@ -458,76 +360,6 @@ def openpi_normalisation(
     return section, asset_id, str(file.relative_to(path))
 
 
-def _lerobot_part(
-    stats: Mapping[str, np.ndarray], feature: str, mode: str, dim: int | None, where: str
-) -> dict[str, Any]:
-    if mode == "IDENTITY":
-        if dim is None:
-            raise NormStatsError(f"{where}: {feature} is IDENTITY but its dimension is unknown")
-        return {"kind": "mean_std", "mean": [0.0] * dim, "std": [1.0] * dim, "mode": mode}
-    if mode not in _MODES:
-        raise NormStatsError(
-            f"{where}: {feature} normalisation mode {mode!r} is not one of {('IDENTITY', *_MODES)}"
-        )
-    kind, lo_name, hi_name = _MODES[mode]
-    out: dict[str, Any] = {"kind": kind}
-    section_lo, section_hi = SECTION_STATS[kind]
-    for stat, name in ((lo_name, section_lo), (hi_name, section_hi)):
-        key = f"{feature}.{stat}"
-        if key not in stats:
-            raise NormStatsError(
-                f"{where}: {key} is missing ({mode} needs {lo_name} and {hi_name})"
-            )
-        out[name] = stat_vector(stats[key], f"{where}: {key}")
-    if mode not in ("MEAN_STD", "QUANTILES"):
-        out["mode"] = mode
-    return out
-
-
-def _read_stats_file(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise NormStatsError(f"{path}: statistics file not found")
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise NormStatsError(f"{path}: not a readable safetensors file: {exc}") from exc
-
-
-def _normaliser_step(path: Path, registry_name: str) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    data = _read_json(path, path.name, NormStatsError)
-    steps = data.get("steps") if isinstance(data, Mapping) else None
-    if not isinstance(steps, list):
-        raise NormStatsError(f"{path}: no 'steps' list")
-    for step in steps:
-        if isinstance(step, Mapping) and step.get("registry_name") == registry_name:
-            return dict(step)
-    return None
-
-
-def _relative_mask(path: Path) -> list[bool] | None:
-    """LeRobot's ``relative_actions_processor``: the dims predicted relative to the state."""
-    step = _normaliser_step(path, "relative_actions_processor")
-    cfg = (step or {}).get("config") or {}
-    if not cfg.get("enabled"):
-        return None
-    exclude = [str(n).lower() for n in cfg.get("exclude_joints") or [] if n]
-    names = cfg.get("action_names")
-    if not exclude or names is None:
-        return [True] * 4096
-    return [not any(t == str(n).lower() or t in str(n).lower() for t in exclude) for n in names]
-
-
-def _feature_dim(config_json: Mapping[str, Any], feature: str) -> int | None:
-    for group in ("input_features", "output_features"):
-        spec = (config_json.get(group) or {}).get(feature)
-        if isinstance(spec, Mapping) and spec.get("shape"):
-            return int(spec["shape"][-1])
-    return None
-
-
 def lerobot_normalisation(
     path: Path,
     header_stats: Mapping[str, str],
@@ -536,78 +368,12 @@ def lerobot_normalisation(
     options: ImportOptions,
 ) -> tuple[dict[str, Any], str]:
     """LeRobot's processor statistics (or the older in-weights ones) → ``(section, file)``."""
-    pre_path, post_path = path / PREPROCESSOR_NAME, path / POSTPROCESSOR_NAME
-    pre = _normaliser_step(pre_path, "normalizer_processor")
-    post = _normaliser_step(post_path, "unnormalizer_processor")
-    default = _LEROBOT_DEFAULT_MODES[architecture]
-    delta: Sequence[int] | Sequence[bool] | None = options.delta_actions
-    if pre is not None or post is not None:
-        parts = {}
-        eps = LEROBOT_EPSILON
-        files = []
-        for name, feature, step, json_path in (
-            ("state", "observation.state", pre, pre_path),
-            ("actions", "action", post or pre, post_path if post else pre_path),
-        ):
-            if step is None or not step.get("state_file"):
-                raise NormStatsError(
-                    f"{json_path}: no normalizer step with a state_file for {feature}"
-                )
-            cfg = step.get("config") or {}
-            mode = (cfg.get("norm_map") or {}).get(
-                "STATE" if name == "state" else "ACTION", default
-            )
-            eps = float(cfg.get("eps", eps))
-            stats_file = path / str(step["state_file"])
-            files.append(stats_file.name)
-            parts[name] = _lerobot_part(
-                _read_stats_file(stats_file),
-                feature,
-                mode,
-                _feature_dim(config_json, feature),
-                str(stats_file),
-            )
-        if delta is None and pre_path.is_file():
-            delta = _relative_mask(pre_path)
-        section = make_normalisation(parts["state"], parts["actions"], eps, delta, str(path))
-        return section, " ".join(dict.fromkeys(files))
-    if header_stats:
-        weights = path / WEIGHTS_NAME
-        with safe_open(str(weights), framework="numpy") as f:
-            raw = {k: f.get_tensor(k) for k in header_stats}
-        stats: dict[str, np.ndarray] = {}
-        for key, value in raw.items():
-            prefix = next(p for p in _LEROBOT_STATS_PREFIXES if key.startswith(p))
-            name, _, stat = key[len(prefix) :].removeprefix("buffer_").rpartition(".")
-            # input normalisation for the state, output un-normalisation for the action
-            if prefix == "normalize_targets." and f"{name.replace('_', '.')}.{stat}" in stats:
-                continue
-            stats[f"{name.replace('_', '.')}.{stat}"] = value
-        modes = config_json.get("normalization_mapping") or {}
-        parts = {
-            "state": _lerobot_part(
-                stats,
-                "observation.state",
-                modes.get("STATE", default),
-                _feature_dim(config_json, "observation.state"),
-                str(weights),
-            ),
-            "actions": _lerobot_part(
-                stats,
-                "action",
-                modes.get("ACTION", default),
-                _feature_dim(config_json, "action"),
-                str(weights),
-            ),
-        }
-        section = make_normalisation(
-            parts["state"], parts["actions"], LEROBOT_EPSILON, delta, str(weights)
-        )
-        return section, WEIGHTS_NAME
-    raise NormStatsError(
-        f"{path}: no normalisation statistics: expected {PREPROCESSOR_NAME} / "
-        f"{POSTPROCESSOR_NAME} naming a statistics file, or normalize_inputs.* keys in "
-        f"{WEIGHTS_NAME} (older LeRobot checkpoints)"
+    return lerobot.normalisation(
+        path,
+        list(header_stats),
+        config_json,
+        _LEROBOT_DEFAULT_MODES[architecture],
+        options.delta_actions,
     )
 
 
@@ -624,6 +390,19 @@ def detect_layout(config_json: Mapping[str, Any], path: Path) -> str:
         f"{path / CONFIG_NAME}: neither a LeRobot config ('type': 'pi0' | 'pi05') nor an openpi "
         "one (paligemma_variant, action_expert_variant, and an assets/ directory)"
     )
+
+
+def detect(config_json: Mapping[str, Any], path: Path) -> str | None:
+    """The registry's question for a ``config.json`` without LeRobot's ``type``.
+
+    ``pi0`` or ``pi05`` (``pi05`` in the directory's own name) when it is openpi's layout
+    (``paligemma_variant`` or an ``assets/`` directory), else ``None``.
+    """
+    if "type" in config_json:
+        return None
+    if "paligemma_variant" in config_json or (path / "assets").is_dir():
+        return "pi05" if "pi05" in path.name else "pi0"
+    return None
 
 
 def detect_architecture(
@@ -659,11 +438,7 @@ def read_checkpoint(path: str | Path, options: ImportOptions | None = None) -> P
     """
     options = options or ImportOptions()
     path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: checkpoint directory not found")
-    config_json = _read_json(path / CONFIG_NAME, CONFIG_NAME)
-    if not isinstance(config_json, dict):
-        raise CheckpointError(f"{path / CONFIG_NAME}: top level must be an object")
+    config_json = read_config_json(path)
     layout = detect_layout(config_json, path)
     architecture = detect_architecture(config_json, layout, path, options.architecture)
     weights_path = path / WEIGHTS_NAME
@@ -691,20 +466,14 @@ def read_checkpoint(path: str | Path, options: ImportOptions | None = None) -> P
         normalisation=section,
         weights_path=weights_path,
         key_map=key_map,
-        weights_dtypes=tuple(
-            sorted({DTYPE_NAMES.get(header[v][1], header[v][1]) for v in key_map.values()})
-        ),
+        weights_dtypes=weights_dtypes(header, list(key_map.values())),
         asset_id=asset_id,
         stats_file=stats_file,
         config_json=config_json,
+        action_feature_dim=(
+            lerobot.feature_dim(config_json, "action") if layout == "lerobot" else None
+        ),
     )
-
-
-def _raw_header(path: Path) -> tuple[dict[str, Any], int]:
-    """A safetensors file's JSON header and where its data starts (plain JSON, no pickle)."""
-    with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(length)), 8 + length
 
 
 def copy_weights(
@@ -712,44 +481,10 @@ def copy_weights(
 ) -> None:
     """Write the checked tensors under this package's names to ``dst``, streaming.
 
-    Each tensor's bytes are copied unchanged (same dtype, same byte order) in blocks of
-    ``COPY_BLOCK_BYTES``, so a full-size checkpoint is rewritten without holding it in
-    memory; the result is checked by reading its header back.
+    :func:`~vla_edge.archs.common.copy_tensors`: each tensor's bytes unchanged, so a
+    full-size checkpoint is rewritten without holding it in memory.
     """
-    header, src_start = _raw_header(checkpoint.weights_path)
-    entries: dict[str, Any] = {}
-    spans = []
-    offset = 0
-    for ours in sorted(checkpoint.key_map):
-        info = header[checkpoint.key_map[ours]]
-        begin, end = (int(x) for x in info["data_offsets"])
-        entries[ours] = {
-            "dtype": info["dtype"],
-            "shape": info["shape"],
-            "data_offsets": [offset, offset + end - begin],
-        }
-        spans.append((src_start + begin, end - begin))
-        offset += end - begin
-    if metadata:
-        entries["__metadata__"] = dict(metadata)
-    text = json.dumps(entries, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(checkpoint.weights_path, "rb") as src, open(dst, "wb") as out:
-        out.write(struct.pack("<Q", len(text)))
-        out.write(text)
-        for start, size in spans:
-            src.seek(start)
-            while size:
-                block = src.read(min(size, COPY_BLOCK_BYTES))
-                if not block:
-                    raise CheckpointError(f"{checkpoint.weights_path}: truncated tensor data")
-                out.write(block)
-                size -= len(block)
-    written = read_header(dst)
-    if set(written) != set(checkpoint.key_map):
-        raise CheckpointError(
-            f"{dst}: written header lists {len(written)} tensors, not the checked ones"
-        )
+    copy_tensors(checkpoint.weights_path, checkpoint.key_map, dst, metadata)
 
 
 def load_pi0_weights(policy_dir: Any, model: torch.nn.Module) -> None:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 
+from vla_edge.archs.common import KeyReport, compare_keys
 from vla_edge.archs.pi0.config import Pi0Config
 from vla_edge.archs.pi0.model import Pi0Model
 
@@ -36,25 +36,27 @@ UNUSED = ("paligemma_with_expert.gemma_expert.lm_head.weight",)
 """Keys openpi's module and files hold but no forward pass reads (not built here)."""
 LEROBOT_PREFIX = "model."
 
+__all__ = [
+    "EMBED_TOKENS",
+    "FILE_DROPS",
+    "LEROBOT_PREFIX",
+    "TIED",
+    "UNUSED",
+    "KeyReport",
+    "compare_keys",
+    "from_openpi",
+    "lerobot_file_shapes",
+    "lerobot_to_openpi",
+    "model_shapes",
+    "openpi_file_shapes",
+    "openpi_module_shapes",
+    "openpi_to_lerobot",
+]
+
 _EXPERT_PLAIN_NORM = re.compile(
     r"paligemma_with_expert\.gemma_expert\.model\."
     r"(layers\.\d+\.(input_layernorm|post_attention_layernorm)|norm)\.weight$"
 )
-
-
-@dataclass(frozen=True)
-class KeyReport:
-    """How a checkpoint's keys compare with the expected layout."""
-
-    missing: tuple[str, ...]
-    unexpected: tuple[str, ...]
-    misshaped: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
-    """(key, found shape, expected shape)."""
-
-    @property
-    def ok(self) -> bool:
-        """Whether the keys and shapes match exactly."""
-        return not (self.missing or self.unexpected or self.misshaped)
 
 
 def model_shapes(config: Pi0Config) -> dict[str, tuple[int, ...]]:
@@ -82,21 +84,6 @@ def openpi_file_shapes(config: Pi0Config) -> dict[str, tuple[int, ...]]:
 def lerobot_file_shapes(config: Pi0Config) -> dict[str, tuple[int, ...]]:
     """Keys and shapes of a LeRobot ``PI0Policy`` / ``PI05Policy`` ``model.safetensors``."""
     return {LEROBOT_PREFIX + k: s for k, s in openpi_file_shapes(config).items()}
-
-
-def compare_keys(
-    found: Mapping[str, tuple[int, ...]], expected: Mapping[str, tuple[int, ...]]
-) -> KeyReport:
-    """Missing, unexpected and mis-shaped keys of ``found`` against ``expected``."""
-    return KeyReport(
-        missing=tuple(sorted(set(expected) - set(found))),
-        unexpected=tuple(sorted(set(found) - set(expected))),
-        misshaped=tuple(
-            (k, tuple(found[k]), tuple(expected[k]))
-            for k in sorted(set(found) & set(expected))
-            if tuple(found[k]) != tuple(expected[k])
-        ),
-    )
 
 
 def from_openpi(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vla_edge.archs.common import TensorSpec
 from vla_edge.archs.pi0.layers import euler_times
 from vla_edge.archs.pi0.model import ActionParts, Pi0Model, PrefixParts, VisionParts
 
@@ -54,20 +55,6 @@ ACTION_PROJECTIONS = {
     True: ("action_in_proj", "action_out_proj", "time_mlp_in", "time_mlp_out"),
 }
 """The action head's projections (π0, π0.5)."""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One stage input or output.
-
-    ``source`` is ``host:<name>``, ``stage:<stage>.<output>``, or ``output`` for a stage's
-    own output.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    source: str
 
 
 class VisionEncoderStage(nn.Module, VisionParts):

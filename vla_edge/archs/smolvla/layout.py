@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import torch
 
-from vla_edge.archs.pi0.layout import KeyReport, compare_keys
+from vla_edge.archs.common import KeyReport, compare_keys
 from vla_edge.archs.smolvla.config import SmolVLAConfig
 from vla_edge.archs.smolvla.model import SmolVLAModel
 

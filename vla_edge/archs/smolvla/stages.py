@@ -19,7 +19,7 @@ control flow), sharing the parameters of one
   ``prefix_actions``; an all-zero mask gives exactly :meth:`SmolVLAModel.sample_actions`.
 
 :func:`build_stages` returns them with example inputs and each tensor's declaration
-(:class:`~vla_edge.archs.pi0.stages.TensorSpec`: name, shape, dtype, source; ``source`` is
+(:class:`~vla_edge.archs.common.TensorSpec`: name, shape, dtype, source; ``source`` is
 ``host:<name>`` or ``stage:<stage>.<output>``).
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vla_edge.archs.pi0.stages import TensorSpec
+from vla_edge.archs.common import TensorSpec
 from vla_edge.archs.smolvla.layers import flow_times, time_embedding
 from vla_edge.archs.smolvla.model import ActionParts, PrefixParts, SmolVLAModel, VisionParts
 

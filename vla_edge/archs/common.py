@@ -1,0 +1,293 @@
+"""What every architecture shares: tensor declarations, key checks, safetensors I/O.
+
+* :class:`TensorSpec`: one stage input or output (every architecture's ``stages`` module).
+* :class:`KeyReport`, :func:`compare_keys`, :func:`format_key_report`: a checkpoint's keys
+  and shapes against the layout a config expects, and the
+  :class:`~vla_edge.core.errors.CheckpointKeysError` message naming what does not fit.
+* :func:`read_header`, :func:`read_tensors`, :func:`copy_tensors`: safetensors files read
+  from the header alone, read in part, or rewritten under new names by streaming the
+  bytes (a full-size checkpoint is gigabytes and is never held in memory).
+* :class:`ImportOptions` and :class:`Checkpoint`: what ``vla-edge import`` passes to an
+  architecture's ``read_checkpoint`` and what it gets back (:mod:`vla_edge.archs.registry`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+
+from vla_edge.core.errors import CheckpointError
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+KEYS_SHOWN = 12
+"""Keys listed per kind in a :class:`CheckpointKeysError` message (the counts are all given)."""
+COPY_BLOCK_BYTES = 64 << 20
+"""Bytes copied at a time when rewriting the weights (:func:`copy_tensors`)."""
+DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
+"""safetensors dtype names → torch's."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One stage input or output.
+
+    ``source`` is ``host:<name>``, ``stage:<stage>.<output>``, or ``output`` for a stage's
+    own output.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    source: str
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyReport:
+    """How a checkpoint's keys compare with the expected layout."""
+
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    misshaped: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]
+    """(key, found shape, expected shape)."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the keys and shapes match exactly."""
+        return not (self.missing or self.unexpected or self.misshaped)
+
+
+def compare_keys(
+    found: Mapping[str, tuple[int, ...]], expected: Mapping[str, tuple[int, ...]]
+) -> KeyReport:
+    """Missing, unexpected and mis-shaped keys of ``found`` against ``expected``."""
+    return KeyReport(
+        missing=tuple(sorted(set(expected) - set(found))),
+        unexpected=tuple(sorted(set(found) - set(expected))),
+        misshaped=tuple(
+            (k, tuple(found[k]), tuple(expected[k]))
+            for k in sorted(set(found) & set(expected))
+            if tuple(found[k]) != tuple(expected[k])
+        ),
+    )
+
+
+def format_key_report(report: KeyReport, source: str, limit: int = KEYS_SHOWN) -> str:
+    """A :class:`CheckpointKeysError` message: counts of each kind, the first ``limit`` keys."""
+
+    def listed(items: Sequence[str]) -> str:
+        shown = ", ".join(items[:limit])
+        more = len(items) - limit
+        return shown + (f", ... and {more} more" if more > 0 else "")
+
+    counts = (
+        f"{len(report.missing)} missing, {len(report.unexpected)} unexpected, "
+        f"{len(report.misshaped)} mis-shaped"
+    )
+    lines = [f"{source}: the keys do not fit ({counts})"]
+    if report.missing:
+        lines.append(f"  missing ({len(report.missing)}): {listed(report.missing)}")
+    if report.unexpected:
+        lines.append(f"  unexpected ({len(report.unexpected)}): {listed(report.unexpected)}")
+    if report.misshaped:
+        items = [f"{k} {list(found)} (expected {list(exp)})" for k, found, exp in report.misshaped]
+        lines.append(f"  mis-shaped ({len(items)}): {listed(items)}")
+    return "\n".join(lines)
+
+
+def layer_count(shapes: Mapping[str, Any], prefix: str) -> int | None:
+    """``1 + max(i)`` over the keys ``<prefix><i>.*`` (``None`` when there are none)."""
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
+    found = {int(m.group(1)) for k in shapes if (m := pattern.match(k))}
+    return max(found) + 1 if found else None
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+def read_json(path: Path, what: str, error: type[CheckpointError] = CheckpointError) -> Any:
+    """A JSON file's content; absent or unreadable is ``error`` naming ``what``."""
+    if not path.is_file():
+        raise error(f"{path}: {what} not found")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: {what} is not readable JSON: {exc}") from exc
+
+
+def read_config_json(path: Path) -> dict[str, Any]:
+    """A checkpoint directory's ``config.json`` (an object)."""
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: checkpoint directory not found")
+    config_json = read_json(path / CONFIG_NAME, CONFIG_NAME)
+    if not isinstance(config_json, dict):
+        raise CheckpointError(f"{path / CONFIG_NAME}: top level must be an object")
+    return config_json
+
+
+def read_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``key -> (shape, dtype)`` of a safetensors file, from its header only."""
+    if not path.is_file():
+        raise CheckpointError(f"{path}: weights file not found")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            out = {}
+            for key in f.keys():
+                sl = f.get_slice(key)
+                out[key] = (tuple(int(d) for d in sl.get_shape()), str(sl.get_dtype()))
+            return out
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: not a readable safetensors file: {exc}") from exc
+
+
+def read_tensors(
+    path: Path,
+    keys: Sequence[str] | None = None,
+    error: type[CheckpointError] = CheckpointError,
+) -> dict[str, np.ndarray]:
+    """Some (``keys``) or all tensors of a safetensors file as numpy arrays."""
+    if not path.is_file():
+        raise error(f"{path}: file not found")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            return {k: f.get_tensor(k) for k in (f.keys() if keys is None else keys)}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise error(f"{path}: not a readable safetensors file: {exc}") from exc
+
+
+def weights_dtypes(
+    header: Mapping[str, tuple[tuple[int, ...], str]], keys: Sequence[str]
+) -> tuple[str, ...]:
+    """The sorted torch dtype names of ``keys`` in ``header``."""
+    return tuple(sorted({DTYPE_NAMES.get(header[k][1], header[k][1]) for k in keys}))
+
+
+def _raw_header(path: Path) -> tuple[dict[str, Any], int]:
+    """A safetensors file's JSON header and where its data starts (plain JSON, no pickle)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(length)), 8 + length
+
+
+def copy_tensors(
+    src_path: Path,
+    key_map: Mapping[str, str],
+    dst: Path,
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``src_path``'s tensors ``key_map[new]`` as ``new`` to ``dst``, streaming.
+
+    Each tensor's bytes are copied unchanged (same dtype, same byte order) in blocks of
+    ``COPY_BLOCK_BYTES``; the result is checked by reading its header back.
+    """
+    header, src_start = _raw_header(src_path)
+    entries: dict[str, Any] = {}
+    spans = []
+    offset = 0
+    for ours in sorted(key_map):
+        info = header[key_map[ours]]
+        begin, end = (int(x) for x in info["data_offsets"])
+        entries[ours] = {
+            "dtype": info["dtype"],
+            "shape": info["shape"],
+            "data_offsets": [offset, offset + end - begin],
+        }
+        spans.append((src_start + begin, end - begin))
+        offset += end - begin
+    if metadata:
+        entries["__metadata__"] = dict(metadata)
+    text = json.dumps(entries, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(src_path, "rb") as src, open(dst, "wb") as out:
+        out.write(struct.pack("<Q", len(text)))
+        out.write(text)
+        for start, size in spans:
+            src.seek(start)
+            while size:
+                block = src.read(min(size, COPY_BLOCK_BYTES))
+                if not block:
+                    raise CheckpointError(f"{src_path}: truncated tensor data")
+                out.write(block)
+                size -= len(block)
+    written = read_header(dst)
+    if set(written) != set(key_map):
+        raise CheckpointError(
+            f"{dst}: written header lists {len(written)} tensors, not the checked ones"
+        )
+
+
+# -- what an import passes around ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """What the user may say about a checkpoint where its files are silent or wrong.
+
+    Every field left ``None`` is read from the checkpoint; a field the checkpoint cannot
+    give is a :class:`CheckpointError` naming the option to pass. Each architecture reads
+    some of them (:attr:`vla_edge.archs.registry.Architecture.options`).
+    """
+
+    architecture: str | None = None
+    asset_id: str | None = None
+    paligemma_variant: str | None = None
+    expert_variant: str | None = None
+    vision_heads: int | None = None
+    text_heads: int | None = None
+    action_horizon: int | None = None
+    discrete_state_input: bool | None = None
+    delta_actions: tuple[int, ...] | None = None
+    """Action dimensions the model predicts relative to the state (openpi ``DeltaActions``)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checked checkpoint: its config, statistics and where each tensor lives."""
+
+    path: Path
+    layout: str
+    architecture: str
+    config: Any
+    """The architecture's config (a pydantic model: ``Pi0Config``, ``SmolVLAConfig``)."""
+    normalisation: dict[str, Any]
+    weights_path: Path
+    key_map: dict[str, str]
+    """This package's key → the file's key."""
+    weights_dtypes: tuple[str, ...]
+    asset_id: str | None = None
+    stats_file: str | None = None
+    """The file(s) the statistics came from, relative to :attr:`path`."""
+    config_json: dict[str, Any] = field(default_factory=dict)
+    action_feature_dim: int | None = None
+    """The real action width the checkpoint declares (LeRobot ``output_features``), if any;
+    the dimensions beyond it are padding."""
+
+
+__all__ = [
+    "CONFIG_NAME",
+    "Checkpoint",
+    "ImportOptions",
+    "KeyReport",
+    "TensorSpec",
+    "WEIGHTS_NAME",
+    "compare_keys",
+    "copy_tensors",
+    "format_key_report",
+    "layer_count",
+    "read_config_json",
+    "read_header",
+    "read_json",
+    "read_tensors",
+]
