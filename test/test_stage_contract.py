@@ -499,8 +499,28 @@ def test_a_consistent_toy_manifest_loads(tmp_path) -> None:
         ),
         (lambda d: d["host"]["images"].update(resize="crop"), r"host\.images\.resize = 'crop'"),
         (
+            lambda d: d["host"]["token_ids"]["tokenizer"].update(kind="bpe"),
+            r"host\.token_ids\.tokenizer\.kind = 'bpe'",
+        ),
+        (
             lambda d: d["host"]["token_ids"]["tokenizer"].update(kind="sentencepiece"),
-            r"host\.token_ids\.tokenizer\.kind = 'sentencepiece'",
+            r"host\.token_ids\.prompt = None, expected one of \('pi0', 'pi05_state'\)",
+        ),
+        (
+            lambda d: d["host"]["token_ids"].update(prompt="pi0"),
+            r"host\.token_ids\.prompt = 'pi0', expected one of \('instruction',\)",
+        ),
+        (
+            lambda d: (
+                d["host"]["token_ids"]["tokenizer"].update(kind="sentencepiece"),
+                d["host"]["token_ids"].update(prompt="pi05_state"),
+            ),
+            r"language\.inputs\.token_ids\.source = 'host:token_ids': host\.token_ids\.prompt = "
+            r"'pi05_state' holds the state",
+        ),
+        (
+            lambda d: d["host"]["token_mask"].update(dtype="bool"),
+            r"host\.token_mask\.dtype = 'bool'",
         ),
         (lambda d: d["stages"]["fusion"].update(rate="per_second"), r"stages\.fusion\.rate"),
     ],

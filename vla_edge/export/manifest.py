@@ -1,4 +1,4 @@
-"""``manifest.json``: what an export directory holds and the stage contract its programs obey.
+r"""``manifest.json``: what an export directory holds and the stage contract its programs obey.
 
 Written by the exporter, read and validated by the ONNX Runtime and ExecuTorch
 runners. This module imports numpy and the standard library only, so a
@@ -19,8 +19,9 @@ own tensors, so one runner per backend runs any architecture::
                          "pixel_range": [0.0, 1.0] | [-1.0, 1.0],
                          "resize": "stretch" | "pad"},
               "image_mask", "state", "noise", "prefix_actions", "prefix_mask": {"shape", "dtype"},
-              "token_ids": {"shape", "dtype", "tokenizer": {"kind", "file", "sha256"}},
-              "token_mask": {"shape", "dtype"}},
+              "token_ids": {"shape", "dtype", "tokenizer": {"kind", "file", "sha256"},
+                            "prompt": "instruction" | "pi0" | "pi05_state"},
+              "token_mask": {"shape", "dtype": "int64" | "float32"}},
      "normalisation": {"kind": "mean_std" | "quantile", "epsilon",
                        "state": {...}, "actions": {...}, "delta_actions": [...]},
      "joint_names", "action_dim", "chunk_horizon", "dt_action_s", "flow_steps",
@@ -33,6 +34,15 @@ preprocessing makes, :data:`HOST_INPUTS`, declared in ``host``) or
 ``stage_order``). ``output`` names the stage output decoded into the chunk:
 ``[1, H, A]`` normalised actions of which the first ``N = len(joint_names)``
 dimensions are used (a model padded to ``A`` ignores the rest).
+
+``host.token_ids.prompt`` says what text the tokenizer encodes
+(:data:`PROMPT_FORMATS`): ``instruction`` (the instruction as is; a
+``wordpiece`` tokenizer, the default), or openpi's PaliGemma prompts for a
+``sentencepiece`` tokenizer: ``pi0`` (BOS, the cleaned instruction, then
+``"\n"``) and ``pi05_state`` (``"Task: ..., State: <bins>;\nAction: "``, the
+normalised state discretised into 256 bins). A prompt that holds the state
+(:data:`STATE_PROMPTS`) makes the token ids a per-observation host input: no
+``per_instruction`` stage may read them, and a runner does not cache them.
 
 :func:`load_manifest` refuses a manifest whose fields, sources, shapes or
 files disagree; :func:`check_program_io` refuses a program whose real inputs
@@ -77,8 +87,14 @@ INSTRUCTION_INPUTS = ("token_ids", "token_mask")
 """Host inputs that depend on the instruction only (a ``per_instruction`` stage may read them)."""
 PIXEL_RANGES = ((0.0, 1.0), (-1.0, 1.0))
 RESIZE_MODES = ("stretch", "pad")
-TOKENIZER_KINDS = ("wordpiece",)
-"""Tokenizers the runners read (``wordpiece``: a ``tokenizers`` ``tokenizer.json``)."""
+TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
+"""Tokenizers the runners read (``wordpiece``: a ``tokenizers`` ``tokenizer.json``;
+``sentencepiece``: a SentencePiece model, PaliGemma's for π0 / π0.5)."""
+PROMPT_FORMATS = {"wordpiece": ("instruction",), "sentencepiece": ("pi0", "pi05_state")}
+"""The prompts each tokenizer kind encodes (``host.token_ids.prompt``)."""
+STATE_PROMPTS = ("pi05_state",)
+"""Prompts that hold the normalised state: their token ids change with every observation."""
+TOKEN_MASK_DTYPES = ("int64", "float32")
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,17 @@ class Manifest:
         """``host.token_ids.tokenizer`` (``None`` when no stage reads tokens)."""
         entry = self.data["host"].get("token_ids")
         return None if entry is None else entry["tokenizer"]
+
+    @property
+    def prompt(self) -> str | None:
+        """``host.token_ids.prompt`` (``instruction`` when not given; ``None`` without tokens)."""
+        entry = self.data["host"].get("token_ids")
+        return None if entry is None else str(entry.get("prompt", "instruction"))
+
+    @property
+    def tokens_per_observation(self) -> bool:
+        """Whether the token ids depend on the observation (a prompt holding the state)."""
+        return self.prompt in STATE_PROMPTS
 
     @property
     def tokenizer_path(self) -> Path | None:
@@ -388,9 +415,10 @@ def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[st
                 "expected [1, max_tokens] int64"
             )
         if "token_mask" in host:
+            mask = host["token_mask"]
+            _check_choice(where, "host.token_mask.dtype", mask.dtype, TOKEN_MASK_DTYPES)
             _expect_shape(
-                where, "host.token_mask", host["token_mask"], ids.shape, "int64",
-                "host.token_ids",
+                where, "host.token_mask", mask, ids.shape, mask.dtype, "host.token_ids",
             )  # fmt: skip
         tok = raw["token_ids"].get("tokenizer")
         if not isinstance(tok, dict):
@@ -408,6 +436,13 @@ def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[st
             raise ManifestMismatchError(
                 f"{where}: field host.token_ids.tokenizer.file = {file!r}, expected "
                 f"{TOKENIZER_NAME!r} for a wordpiece tokenizer"
+            )
+        prompts = PROMPT_FORMATS[tok["kind"]]
+        prompt = raw["token_ids"].get("prompt", prompts[0] if len(prompts) == 1 else None)
+        if prompt not in prompts:
+            raise ManifestMismatchError(
+                f"{where}: field host.token_ids.prompt = {prompt!r}, expected one of {prompts} "
+                f"for a {tok['kind']} tokenizer"
             )
     if "state" in host:
         state = host["state"]
@@ -444,6 +479,8 @@ def _validate_stages(
     where: str, directory: Path, data: dict[str, Any], host: dict[str, TensorSpec]
 ) -> dict[str, StageSpec]:
     raw, order = data["stages"], data["stage_order"]
+    prompt = data["host"].get("token_ids", {}).get("prompt")
+    state_prompt = prompt if prompt in STATE_PROMPTS else None
     if len(set(order)) != len(order) or sorted(order) != sorted(raw):
         raise ManifestMismatchError(
             f"{where}: field stage_order = {order}, expected each of stages {sorted(raw)} once"
@@ -476,7 +513,13 @@ def _validate_stages(
             raise ManifestMismatchError(f"{where}: field {prefix}.outputs is empty")
         for tensor in inputs:
             _check_source(
-                where, f"{prefix}.inputs.{tensor.name}", tensor, entry["rate"], host, stages
+                where,
+                f"{prefix}.inputs.{tensor.name}",
+                tensor,
+                entry["rate"],
+                host,
+                stages,
+                state_prompt,
             )
         stages[name] = StageSpec(
             name,
@@ -497,6 +540,7 @@ def _check_source(
     rate: str,
     host: dict[str, TensorSpec],
     earlier: dict[str, StageSpec],
+    state_prompt: str | None = None,
 ) -> None:
     """An input's source exists, precedes it and has its shape and dtype."""
     source = tensor.source
@@ -515,6 +559,12 @@ def _check_source(
             raise ManifestMismatchError(
                 f"{where}: field {field}.source = {source!r}: a per_instruction stage may only "
                 f"read {INSTRUCTION_INPUTS} or per_instruction stages' outputs"
+            )
+        if rate == "per_instruction" and state_prompt is not None:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.source = {source!r}: host.token_ids.prompt = "
+                f"{state_prompt!r} holds the state, so the tokens change with every observation "
+                "and a per_instruction stage cannot read them"
             )
         produced, origin = host[rest], f"host.{rest}"
     elif kind == "stage":

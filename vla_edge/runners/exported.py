@@ -10,12 +10,14 @@ manifest, and then, per observation:
 
 1. makes the host tensors the stages read (``host:<name>``) with the numpy
    preprocessing of :mod:`vla_edge.runners.preprocess` and the declared
-   normalisation (images in their slots and pixel range, the
-   tokenized instruction, the normalised state padded to the model's width,
-   the noise and the executed prefix);
+   normalisation (images fitted to the model's size as declared, in their
+   slots and pixel range; the prompt tokenized as declared,
+   :mod:`vla_edge.runners.tokenizers`; the normalised state padded to the
+   model's width, the noise and the executed prefix);
 2. runs the stages in ``stage_order``, feeding each input from its source; a
    ``per_instruction`` stage runs once per new instruction and its outputs are
-   cached;
+   cached, and so are the token ids unless the prompt holds the state
+   (π0.5's ``pi05_state``: tokenized again for every observation);
 3. decodes the declared ``output``'s first ``len(joint_names)`` dimensions
    into absolute joint targets.
 
@@ -50,6 +52,7 @@ from vla_edge.runners.preprocess import (
     validate_observation,
 )
 from vla_edge.runners.programs import StageProgram, open_program
+from vla_edge.runners.tokenizers import PromptTokenizer, open_tokenizer
 
 
 class ExportedRunner:
@@ -115,12 +118,14 @@ class ExportedRunner:
             inputs, outputs = program.io()
             check_program_io(self.manifest, name, inputs, outputs)
             self._programs[name] = program
-        self._tokenizer = None
-        if self.manifest.tokenizer is not None:
-            from vla_edge.policy.tokenizer import InstructionTokenizer
-
-            self._tokenizer = InstructionTokenizer(
-                int(self.manifest.host["token_ids"].shape[1]), model_dir=self.manifest.directory
+        self._tokenizer: PromptTokenizer | None = None
+        tok, tok_path = self.manifest.tokenizer, self.manifest.tokenizer_path
+        if tok is not None and tok_path is not None:
+            self._tokenizer = open_tokenizer(
+                str(tok["kind"]),
+                tok_path,
+                int(self.manifest.host["token_ids"].shape[1]),
+                str(self.manifest.prompt),
             )
         self._instruction_stages = [
             n
@@ -139,8 +144,9 @@ class ExportedRunner:
     def image_resize(self) -> str:
         """How the model's images are fitted: ``stretch`` or ``pad`` (openpi's resize_with_pad).
 
-        Observations must arrive at the model's size; a caller that receives
-        other sizes (the openpi-protocol server) resizes them this way first.
+        ``pad``: images of any size are resized here. ``stretch``: observations
+        must arrive at the model's size; a caller that receives other sizes (the
+        openpi-protocol server) resizes them first.
         """
         return str(self.manifest.data["host"]["images"]["resize"])
 
@@ -149,11 +155,18 @@ class ExportedRunner:
         """Backend of each stage."""
         return {name: s.backend for name, s in self.manifest.stages.items()}
 
-    def _tokens(self, instruction: str) -> dict[str, np.ndarray]:
+    def _tokens(
+        self, instruction: str, state_norm: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """``host:token_ids`` / ``host:token_mask`` in their declared dtypes."""
         if self._tokenizer is None:
             return {}
-        input_ids, mask = self._tokenizer.encode(instruction)
-        return {"host:token_ids": input_ids, "host:token_mask": mask}
+        input_ids, mask = self._tokenizer.encode(instruction, state_norm)
+        values = {"host:token_ids": np.ascontiguousarray(input_ids, dtype=np.int64)}
+        if "token_mask" in self.manifest.host:
+            dtype = self.manifest.host["token_mask"].dtype
+            values["host:token_mask"] = np.ascontiguousarray(mask, dtype=dtype)
+        return values
 
     def _run_stage(self, name: str, values: dict[str, np.ndarray]) -> None:
         """Run stage ``name`` on its sources in ``values``; add its outputs there."""
@@ -165,13 +178,16 @@ class ExportedRunner:
     def instruction_outputs(self, instruction: str) -> tuple[dict[str, np.ndarray], float]:
         """The tokens and the ``per_instruction`` stages' outputs (cached), and the ms spent now.
 
+        Tokens of a prompt that holds the state are not among them (see :meth:`infer`).
+
         Raises:
             InvalidObservationError: the tokenizer refuses ``instruction``.
         """
         cached = self._instruction_cache.get(instruction)
         if cached is not None:
             return cached, 0.0
-        values = self._tokens(instruction)
+        per_observation = self._tokenizer is not None and self._tokenizer.per_observation
+        values = {} if per_observation else self._tokens(instruction)
         t0 = time.perf_counter()
         for name in self._instruction_stages:
             self._run_stage(name, values)
@@ -220,6 +236,7 @@ class ExportedRunner:
             self.spec.image_height,
             self.spec.image_width,
             tuple(entry["pixel_range"]),
+            resize=self.image_resize,
         )
         values = {"host:images": images}
         if "image_mask" in self.manifest.host:
@@ -246,7 +263,7 @@ class ExportedRunner:
                 f"{type(self).__name__} for {self.manifest.directory} is closed: infer() after "
                 "close(); build a new runner"
             )
-        validate_observation(obs, self.spec)
+        validate_observation(obs, self.spec, resize=self.image_resize)
         h, n = self.spec.chunk_horizon, self.spec.action_dim
         prefix_len, _ = check_prefix(prefix_actions, prefix_len, h, n)
         if prefix_len and not self.spec.supports_prefix:
@@ -258,6 +275,8 @@ class ExportedRunner:
         values = self._host_inputs(state, noise, prefix_actions, prefix_len)
         cached, instruction_ms = self.instruction_outputs(obs.instruction)
         values.update(cached)
+        if self._tokenizer is not None and self._tokenizer.per_observation:
+            values.update(self._tokens(obs.instruction, state_input(self.codec, state)[0]))
         values.update(self._images(obs))
         timings = {name: instruction_ms for name in self._instruction_stages[:1]}
         timings.update({name: 0.0 for name in self._instruction_stages[1:]})

@@ -6,7 +6,10 @@ runners feed their programs the same tensors as the reference:
 
 * images: ``{camera: [h, w, 3] uint8}`` -> ``[n_slots, 3, h, w]`` float32 in
   the declared pixel range ([0, 1] or [-1, 1]), slots in the model's order, a
-  slot without a camera black and masked (:func:`images_input`);
+  slot without a camera black and masked (:func:`images_input`); with resize
+  ``pad`` an image of any size is fitted first with openpi's
+  ``resize_with_pad`` (:mod:`vla_edge.runners.image_resize`), with ``stretch``
+  it must arrive at the model's size;
 * state: ``[A]`` -> normalised ``[1, A]`` float32 (:class:`ActionCodec`);
 * noise: ``[H, A]`` or ``[1, H, A]`` float32, validated (or drawn);
 * executed prefix: ``[>= d, A]`` absolute targets -> normalised ``[1, H, A]``
@@ -29,6 +32,7 @@ from vla_edge.core.errors import InvalidObservationError, NonFiniteChunkError
 from vla_edge.core.types import Observation
 from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec, start_noise
+from vla_edge.runners.image_resize import MAX_IMAGE_SIDE_PX, resize_with_pad
 
 
 def images_to_nchw(images: dict[Any, np.ndarray], cameras: tuple[Any, ...]) -> np.ndarray:
@@ -44,22 +48,28 @@ def images_input(
     height: int,
     width: int,
     pixel_range: tuple[float, float] = (0.0, 1.0),
+    resize: str = "stretch",
 ) -> tuple[np.ndarray, np.ndarray]:
     """``[n_slots, 3, height, width]`` float32 images and the ``[n_slots]`` float32 mask.
 
     Args:
-        images: validated ``uint8 [height, width, 3]`` images by camera name
-            (:func:`validate_observation`; an image of another size is resized
-            before, with the manifest's declared ``resize`` mode).
+        images: validated ``uint8 [h, w, 3]`` images by camera name
+            (:func:`validate_observation`).
         slots: the camera feeding each model image slot, ``None`` for none
-            (a black image, as openpi's LIBERO inputs give a missing wrist
-            camera; mask 0).
+            (a black uint8 image, as openpi's policy inputs give a missing
+            camera — ``np.zeros_like`` of the base image, so -1 in [-1, 1] —
+            with mask 0).
         height: the model's image height.
         width: the model's image width.
         pixel_range: ``(0, 1)``: ``x / 255``; ``(-1, 1)``: ``x / 255 * 2 - 1``.
+        resize: ``pad``: each image goes through openpi's ``resize_with_pad``
+            (untouched at the model's size); ``stretch``: images are already
+            ``height x width``.
     """
     black = np.zeros((height, width, 3), dtype=np.uint8)
     frames = [black if camera is None else images[camera] for camera in slots]
+    if resize == "pad":
+        frames = [resize_with_pad(frame, height, width) for frame in frames]
     nchw = images_to_nchw(dict(enumerate(frames)), tuple(range(len(frames))))
     if tuple(pixel_range) == (-1.0, 1.0):
         nchw = nchw * np.float32(2.0) - np.float32(1.0)
@@ -249,11 +259,13 @@ def decode_chunk(
     return positions
 
 
-def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
+def validate_observation(obs: Observation, spec: RunnerSpec, resize: str = "stretch") -> None:
     """Raise :class:`InvalidObservationError` naming the field, value and bound.
 
     Shared by every backend (numpy only, so the ONNX / ExecuTorch runners stay
-    free of torch).
+    free of torch). ``resize``: ``stretch`` wants every image at the spec's
+    size; ``pad`` (the runner fits them) takes any ``[h, w, 3]`` with sides in
+    ``[1, MAX_IMAGE_SIDE_PX]``.
     """
     if not isinstance(obs.images, dict):
         raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")
@@ -277,7 +289,17 @@ def validate_observation(obs: Observation, spec: RunnerSpec) -> None:
             )
         if img.dtype != np.uint8:
             raise InvalidObservationError(f"images[{cam!r}] dtype = {img.dtype}, expected uint8")
-        if img.shape != shape:
+        if resize == "pad":
+            if img.ndim != 3 or img.shape[2] != 3:
+                raise InvalidObservationError(
+                    f"images[{cam!r}] shape = {img.shape}, expected (height, width, 3) RGB"
+                )
+            if not all(1 <= side <= MAX_IMAGE_SIDE_PX for side in img.shape[:2]):
+                raise InvalidObservationError(
+                    f"images[{cam!r}] shape = {img.shape}: height and width must be in "
+                    f"[1, {MAX_IMAGE_SIDE_PX}] px"
+                )
+        elif img.shape != shape:
             raise InvalidObservationError(
                 f"images[{cam!r}] shape = {img.shape}, expected {shape} (height, width, RGB)"
             )
