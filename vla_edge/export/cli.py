@@ -1,6 +1,7 @@
 """``vla-edge export``: a checkpoint -> one program per stage plus ``manifest.json``.
 
 ``vla-edge export --checkpoint CKPT --backend onnx|executorch --quant fp32|8da4w --out DIR``
+``vla-edge export --policy POLICY_DIR --backend onnx|executorch --quant fp32|8da4w --out DIR``
 
 The manifest is format ``vla_edge.export.v2`` (:mod:`vla_edge.export.manifest`):
 the stages declare their tensors, so the runners need no code of the
@@ -8,6 +9,8 @@ architecture; an older export is refused by them and is re-exported with this
 command. ``--checkpoint bundled`` names the shipped model. ``--untrained-config YAML``
 exports freshly initialised weights of a model config instead (for timing at
 other input sizes; the manifest records ``source.trained = false``).
+``--policy`` exports a third-party policy directory written by ``vla-edge
+import`` (π0, π0.5: :func:`vla_edge.export.pi0.export_policy_dir`).
 
 A command front end, so it may reach every layer: it hands the export the
 policy path of :mod:`vla_edge.runners.factory` and the calibration frames of
@@ -26,7 +29,13 @@ from vla_edge.export.manifest import BACKENDS, QUANTS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``vla-edge export``."""
-    parser.add_argument("--checkpoint", default="bundled", help="checkpoint .pt or 'bundled'")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint .pt or 'bundled' (default)")
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        help="a policy directory from `vla-edge import` (pi0, pi05) instead of a checkpoint",
+    )
     parser.add_argument("--backend", choices=BACKENDS, required=True)
     parser.add_argument("--quant", choices=QUANTS, default="fp32")
     parser.add_argument("--out", type=Path, required=True, help="export directory")
@@ -78,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
     from vla_edge.sim.frames import calibration_images
 
     torch.set_num_threads(max(1, int(args.threads)))
+    if args.policy is not None:
+        return _run_policy_dir(args)
     try:
         checkpoint: Path | None
         if args.untrained_config is not None:
@@ -87,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             policy = VlaPolicy(load_train_file(args.untrained_config).model)
             checkpoint = None
         else:
-            checkpoint = resolve_policy_path(args.checkpoint)
+            checkpoint = resolve_policy_path(args.checkpoint or "bundled")
             policy = load_checkpoint(checkpoint)
         if args.flow_steps is not None:
             if not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
@@ -107,6 +118,36 @@ def run(args: argparse.Namespace) -> int:
             calibration_frames=(
                 CALIBRATION_FRAMES if args.calibration_frames is None else args.calibration_frames
             ),
+        )
+    except VlaEdgeError as exc:
+        print(f"vla-edge export: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run_policy_dir(args: argparse.Namespace) -> int:
+    """``--policy DIR``: a π0 / π0.5 policy directory's three programs and manifest."""
+    import sys
+
+    from vla_edge.export.pi0 import export_policy_dir
+
+    bundled_only = {
+        "--checkpoint": args.checkpoint,
+        "--untrained-config": args.untrained_config,
+        "--language-backend": args.language_backend,
+        "--reuse-language-from": args.reuse_language_from,
+        "--calibration-data": args.calibration_data,
+    }
+    given = [flag for flag, value in bundled_only.items() if value is not None]
+    try:
+        if given:
+            raise ConfigError(f"--policy: {given[0]} is for the bundled model, not a policy dir")
+        if args.flow_steps is not None and not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
+            raise ConfigError(
+                f"--flow-steps = {args.flow_steps}, expected 1 <= K <= {MAX_FLOW_STEPS}"
+            )
+        export_policy_dir(
+            args.policy, args.out, args.backend, args.quant, flow_steps=args.flow_steps
         )
     except VlaEdgeError as exc:
         print(f"vla-edge export: {exc}", file=sys.stderr)

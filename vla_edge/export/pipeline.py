@@ -247,6 +247,7 @@ def export_architecture(
     stage_quants: dict[str, str] | None = None,
     calibration: dict[str, list[tuple[torch.Tensor, ...]]] | None = None,
     reused: dict[str, dict[str, Any]] | None = None,
+    not_delegated_why: dict[str, str] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Export any architecture's stages and write its v2 ``manifest.json``.
@@ -268,6 +269,9 @@ def export_architecture(
         stage_quants: per-stage quantisation overrides.
         calibration: per-stage calibration inputs (8da4w int8 convolutions).
         reused: entries of stages already in ``out_dir`` (not exported again).
+        not_delegated_why: ExecuTorch: operator name -> why it cannot run in
+            XNNPACK; each stage's ``delegation.why`` records it for the
+            operators left outside (one not explained is ``"unexplained"``).
         log: progress printer.
 
     Returns:
@@ -287,6 +291,11 @@ def export_architecture(
         stage_quant = (stage_quants or {}).get(stage.name, quant)
         calib = (calibration or {}).get(stage.name)
         entry = export_stage(stage, stage_backend, stage_quant, out_dir, calib)
+        if not_delegated_why is not None and "delegation" in entry:
+            left = entry["delegation"]["non_delegated_ops"]
+            entry["delegation"]["why"] = {
+                op: not_delegated_why.get(op, "unexplained") for op in sorted(left)
+            }
         entries[stage.name] = entry
         log(_stage_line(stage.name, entry))
     rest = {k: v for k, v in contract.items() if k not in ("architecture", "stage_order")}

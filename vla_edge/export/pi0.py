@@ -1,0 +1,406 @@
+r"""π0 / π0.5 through the v2 stage contract: three programs and what the runners need.
+
+:func:`pi0_stage_programs` turns a :class:`~vla_edge.archs.pi0.model.Pi0Model`'s
+stages (:mod:`vla_edge.archs.pi0.stages`) into exportable
+:class:`~vla_edge.export.stages.StageProgram` s — the reference modules for
+ONNX, their XNNPACK rewrite (:mod:`vla_edge.export.pi0_xnnpack`, same weights,
+same maths) for ExecuTorch. :func:`pi0_contract` writes the rest of the
+manifest as openpi's inference pipeline does it
+(``src/openpi/transforms.py``, ``models/tokenizer.py``,
+``models_pytorch/preprocessing_pytorch.py``):
+
+* ``host.images``: the checkpoint's slots (``base_0_rgb``, ``left_wrist_0_rgb``,
+  ``right_wrist_0_rgb``) fed by robot cameras or ``null`` (a black image,
+  masked), ``resize: pad`` (openpi's ``resize_with_pad``), pixels in [-1, 1];
+* ``host.token_ids``: a SentencePiece tokenizer (PaliGemma's, copied beside the
+  programs as ``tokenizer.model``) with prompt ``pi0`` (BOS + cleaned text +
+  ``"\n"``) or ``pi05_state`` (π0.5: the discretised normalised state in the
+  prompt, so the ids are made per observation), ``token_mask`` float 0/1;
+* ``host.state`` / ``noise`` / ``prefix_*`` at the padded width (32): the
+  robot's ``N`` dimensions first, zeros after (openpi's ``PadStatesAndActions``);
+* ``normalisation``: π0 ``mean_std``, π0.5 ``quantile`` (openpi:
+  ``use_quantile_norm = model_type != PI0``), epsilon 1e-6, the checkpoint's
+  statistics cut to the robot's ``N`` dimensions (openpi slices them to the
+  data's width);
+* ``output``: ``action_head.actions`` ``[1, H, 32]``, the first ``N`` decoded.
+
+:func:`export_pi0` exports the three programs and writes ``manifest.json``
+with the tokenizer beside them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vla_edge.archs.pi0.config import Pi0Config
+from vla_edge.archs.pi0.model import Pi0Model
+from vla_edge.archs.pi0.stages import STAGE_NAMES, Pi0Stages, build_stages
+from vla_edge.core.errors import ConfigError
+from vla_edge.export.manifest import BACKENDS, QUANTS, TensorSpec
+from vla_edge.export.stages import StageProgram
+
+OUTPUT = "action_head.actions"
+TOKENIZER_FILE = "tokenizer.model"
+NORM_EPSILON = 1e-6
+"""openpi's epsilon in both formulas (``transforms.Normalize``)."""
+NORM_STATS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
+
+
+def architecture_name(config: Pi0Config) -> str:
+    """``pi0`` or ``pi05``."""
+    return "pi05" if config.pi05 else "pi0"
+
+
+def prompt_format(config: Pi0Config) -> str:
+    """``pi05_state`` when the state is written into the prompt (π0.5), else ``pi0``."""
+    return "pi05_state" if config.state_in_prompt else "pi0"
+
+
+def normalisation_kind(config: Pi0Config) -> str:
+    """The reference's choice (openpi): z-score for π0, quantiles for π0.5."""
+    return "quantile" if config.pi05 else "mean_std"
+
+
+def normalisation_section(
+    kind: str,
+    norm_stats: Mapping[str, Mapping[str, Sequence[float]]],
+    n: int,
+    delta_actions: Sequence[bool] | None = None,
+) -> dict[str, Any]:
+    """The manifest's ``normalisation`` from openpi-style statistics.
+
+    Args:
+        kind: ``mean_std`` or ``quantile``.
+        norm_stats: ``{"state": {...}, "actions": {...}}`` holding ``mean``/``std``
+            or ``q01``/``q99`` (the inner dict of openpi's ``norm_stats.json``);
+            longer vectors are cut to ``n``.
+        n: the robot's dimensions (``len(joint_names)``).
+        delta_actions: per dimension, actions relative to the state (default none).
+
+    Raises:
+        ConfigError: a statistic is missing or shorter than ``n``.
+    """
+    if kind not in NORM_STATS:
+        raise ConfigError(f"normalisation kind = {kind!r}, expected one of {tuple(NORM_STATS)}")
+    section: dict[str, Any] = {"kind": kind, "epsilon": NORM_EPSILON}
+    for part in ("state", "actions"):
+        stats = norm_stats.get(part)
+        if not isinstance(stats, Mapping):
+            raise ConfigError(f"norm_stats.{part} is missing")
+        section[part] = {}
+        for key in NORM_STATS[kind]:
+            if key not in stats:
+                raise ConfigError(f"norm_stats.{part}.{key} is missing ({kind} needs it)")
+            values = np.asarray(stats[key], dtype=np.float64).ravel()
+            if values.size < n:
+                raise ConfigError(
+                    f"norm_stats.{part}.{key} has {values.size} values, expected >= {n} "
+                    "(one per joint_names entry)"
+                )
+            section[part][key] = values[:n].tolist()
+    delta = [False] * n if delta_actions is None else [bool(d) for d in delta_actions]
+    if len(delta) != n:
+        raise ConfigError(f"delta_actions has {len(delta)} entries, expected {n}")
+    section["delta_actions"] = delta
+    return section
+
+
+def image_slots(config: Pi0Config, camera_map: Mapping[str, str | None]) -> list[dict[str, Any]]:
+    """``[{"name": slot, "camera": robot camera or None}]`` in the checkpoint's slot order.
+
+    Raises:
+        ConfigError: ``camera_map`` names a slot the model lacks, maps no camera,
+            or maps one camera twice.
+    """
+    unknown = sorted(set(camera_map) - set(config.image_slots))
+    if unknown:
+        raise ConfigError(
+            f"camera_map slot {unknown[0]!r} is not an image slot of the model; expected "
+            f"{list(config.image_slots)}"
+        )
+    slots = [{"name": s, "camera": camera_map.get(s)} for s in config.image_slots]
+    cameras = [s["camera"] for s in slots if s["camera"] is not None]
+    if not cameras:
+        raise ConfigError(f"camera_map = {dict(camera_map)} maps no robot camera to any slot")
+    if len(set(cameras)) != len(cameras):
+        raise ConfigError(f"camera_map = {dict(camera_map)} maps one camera to two slots")
+    return slots
+
+
+def pi0_contract(
+    config: Pi0Config,
+    *,
+    joint_names: Sequence[str],
+    camera_map: Mapping[str, str | None],
+    dt_action_s: float,
+    norm_stats: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    delta_actions: Sequence[bool] | None = None,
+    source: dict[str, Any] | None = None,
+    normalisation: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest's fields besides the stages and the exporter (see the module docstring).
+
+    Args:
+        norm_stats: openpi-style statistics (see :func:`normalisation_section`),
+            normalised with the architecture's own kind and epsilon ...
+        normalisation: ... or the manifest's section itself (a policy directory's).
+
+    Raises:
+        ConfigError: a bad camera map or statistics.
+    """
+    n = len(joint_names)
+    if not 0 < n <= config.action_dim:
+        raise ConfigError(
+            f"joint_names has {n} entries, expected 1 to action_dim = {config.action_dim}"
+        )
+    slots = image_slots(config, camera_map)
+    size, h, a = config.vision.image_size, config.action_horizon, config.action_dim
+    length = config.max_token_len
+    f32 = "float32"
+    return {
+        "architecture": architecture_name(config),
+        "stage_order": list(STAGE_NAMES),
+        "output": OUTPUT,
+        "host": {
+            "images": {
+                "shape": [config.n_slots, 3, size, size],
+                "dtype": f32,
+                "slots": slots,
+                "pixel_range": [-1.0, 1.0],
+                "resize": "pad",
+            },
+            "image_mask": {"shape": [config.n_slots], "dtype": f32},
+            "token_ids": {
+                "shape": [1, length],
+                "dtype": "int64",
+                "tokenizer": {"kind": "sentencepiece", "file": TOKENIZER_FILE},
+                "prompt": prompt_format(config),
+            },
+            "token_mask": {"shape": [1, length], "dtype": f32},
+            "state": {"shape": [1, a], "dtype": f32},
+            "noise": {"shape": [1, h, a], "dtype": f32},
+            "prefix_actions": {"shape": [1, h, a], "dtype": f32},
+            "prefix_mask": {"shape": [1, h], "dtype": f32},
+        },
+        "normalisation": normalisation
+        if normalisation is not None
+        else normalisation_section(normalisation_kind(config), norm_stats or {}, n, delta_actions),
+        "joint_names": list(joint_names),
+        "action_dim": a,
+        "chunk_horizon": h,
+        "dt_action_s": float(dt_action_s),
+        "flow_steps": config.flow_steps,
+        "cameras": [s["camera"] for s in slots if s["camera"] is not None],
+        "image_height": size,
+        "image_width": size,
+        "source": dict(source) if source is not None else {"trained": False},
+        "model_config": config.model_dump(mode="json"),
+    }
+
+
+def example_inputs(stages: Pi0Stages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Each stage's example inputs, chained: fusion reads real image tokens, the head a real cache.
+
+    Contiguous (row-major, like the runners' numpy arrays: ExecuTorch fixes each
+    input's dim order from its example).
+    """
+    ex = stages.example_inputs(seed)
+    with torch.no_grad():
+        tokens = stages.vision_encoder(*ex["vision_encoder"])
+        cache = stages.fusion(tokens, *ex["fusion"][1:])
+    head = list(ex["action_head"])
+    prefix_mask = torch.zeros_like(head[6])
+    prefix_mask[0, : min(2, prefix_mask.shape[1] - 1)] = 1.0
+    chained = {
+        "vision_encoder": ex["vision_encoder"],
+        "fusion": (tokens, *ex["fusion"][1:]),
+        "action_head": (*cache, *head[3:6], prefix_mask),
+    }
+    return {
+        name: tuple(t.detach().contiguous().clone() for t in tensors)
+        for name, tensors in chained.items()
+    }
+
+
+def pi0_stage_programs(model: Pi0Model, backend: str = "onnx", seed: int = 0) -> list[StageProgram]:
+    """The three stages of ``model`` as programs to export, with their declared tensors.
+
+    ``backend`` ``executorch`` gets the XNNPACK rewrite of each stage; ``onnx``
+    the reference modules.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
+    stages = build_stages(model)
+    modules = {name: module.eval() for name, module in stages.modules().items()}
+    if backend == "executorch":
+        from vla_edge.export.pi0_xnnpack import xnnpack_stages
+
+        modules = xnnpack_stages(stages.vision_encoder, stages.fusion, stages.action_head)
+    examples = example_inputs(stages, seed)
+    inputs, outputs = stages.inputs(), stages.outputs()
+    return [
+        StageProgram(
+            name,
+            modules[name],
+            examples[name],
+            tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name]),
+            tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name]),
+            "per_observation",
+        )
+        for name in STAGE_NAMES
+    ]
+
+
+def export_pi0(
+    model: Pi0Model,
+    out_dir: str | Path,
+    backend: str,
+    quant: str = "fp32",
+    *,
+    tokenizer: str | Path,
+    joint_names: Sequence[str],
+    camera_map: Mapping[str, str | None],
+    dt_action_s: float,
+    norm_stats: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    delta_actions: Sequence[bool] | None = None,
+    source: dict[str, Any] | None = None,
+    normalisation: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+    calibration_images: list[torch.Tensor] | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Export π0 / π0.5's three programs, the tokenizer and ``manifest.json`` into ``out_dir``.
+
+    Args:
+        tokenizer: the SentencePiece model (PaliGemma's), copied as ``tokenizer.model``.
+        norm_stats, normalisation: see :func:`pi0_contract`.
+        extra: more manifest fields (a policy directory's ``action_space``).
+        calibration_images: 8da4w: vision-encoder inputs ``[n_slots, 3, S, S]`` in
+            [-1, 1] that calibrate the int8 patch convolution (else it stays fp32).
+
+    Raises:
+        ConfigError: unknown backend or quantisation, 8da4w on ONNX, a missing
+            tokenizer, or a bad camera map or statistics.
+    """
+    from vla_edge.export.pi0_xnnpack import NOT_DELEGATED_WHY
+    from vla_edge.export.pipeline import EXPORTER_REVISION, export_architecture, package_versions
+
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
+    if quant not in QUANTS:
+        raise ConfigError(f"quant = {quant!r}, expected one of {QUANTS}")
+    if backend == "onnx" and quant != "fp32":
+        raise ConfigError(f"quant = {quant!r} with backend 'onnx': only 'fp32' is exported to ONNX")
+    tokenizer = Path(tokenizer)
+    if not tokenizer.is_file():
+        raise ConfigError(f"tokenizer = {str(tokenizer)!r}: no such file")
+    contract = pi0_contract(
+        model.config,
+        joint_names=joint_names,
+        camera_map=camera_map,
+        dt_action_s=dt_action_s,
+        norm_stats=norm_stats,
+        delta_actions=delta_actions,
+        source=source,
+        normalisation=normalisation,
+    )
+    contract.update(extra or {})
+    contract["exporter"] = {
+        "revision": EXPORTER_REVISION,
+        "versions": package_versions(),
+        "group_size_8da4w": 32,
+        "executorch_stages": "vla_edge.export.pi0_xnnpack",
+    }
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if tokenizer.resolve() != (out_dir / TOKENIZER_FILE).resolve():
+        shutil.copyfile(tokenizer, out_dir / TOKENIZER_FILE)
+    calibration = {}
+    if quant == "8da4w" and calibration_images:
+        calibration["vision_encoder"] = [(img.contiguous(),) for img in calibration_images]
+    model.eval()
+    return export_architecture(
+        pi0_stage_programs(model, backend),
+        out_dir,
+        contract,
+        backend,
+        quant,
+        calibration=calibration,
+        not_delegated_why=NOT_DELEGATED_WHY if backend == "executorch" else None,
+        log=log,
+    )
+
+
+def export_policy_dir(
+    path: str | Path,
+    out_dir: str | Path,
+    backend: str,
+    quant: str = "fp32",
+    *,
+    flow_steps: int | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Export a π0 / π0.5 policy directory (``vla-edge import``'s) like :func:`export_pi0`.
+
+    The weights and the tokenizer are checked against ``policy.yaml``'s hashes;
+    the manifest takes the directory's joint names, camera map, ``dt_action_s``,
+    normalisation (cut to the robot's dimensions) and action space.
+
+    Args:
+        flow_steps: Euler steps ``K`` built into the action head (default: the config's).
+
+    Raises:
+        ConfigError: the directory holds another architecture, or its prompt or
+            image resize is not π0's.
+        PolicyDirError: (and its relatives) an invalid policy directory.
+    """
+    from vla_edge.archs.pi0.checkpoint import load_pi0_weights
+    from vla_edge.archs.policy_dir import load_policy_dir
+
+    policy = load_policy_dir(path, verify_sha256=True)
+    if policy.architecture not in ("pi0", "pi05"):
+        raise ConfigError(
+            f"{path}: architecture = {policy.architecture!r}: vla-edge export --policy "
+            "exports pi0 and pi05"
+        )
+    config: Pi0Config = policy.config
+    if flow_steps is not None:
+        config = Pi0Config(**{**config.model_dump(), "flow_steps": int(flow_steps)})
+    if policy.prompt.get("format") != prompt_format(config):
+        raise ConfigError(
+            f"{path}: prompt.format = {policy.prompt.get('format')!r}, but the config "
+            f"writes the prompt as {prompt_format(config)!r}"
+        )
+    if policy.images.get("resize") != "pad":
+        raise ConfigError(
+            f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad' (openpi)"
+        )
+    model = Pi0Model(config).eval()
+    load_pi0_weights(policy, model)
+    n = len(policy.joint_names)
+    source = {
+        "policy_dir": str(Path(path).resolve()),
+        "weights_sha256": policy.weights.get("sha256"),
+        "trained": True,
+        "import": policy.source,
+    }
+    return export_pi0(
+        model,
+        out_dir,
+        backend,
+        quant,
+        tokenizer=policy.tokenizer_path,
+        joint_names=policy.joint_names,
+        camera_map=policy.cameras,
+        dt_action_s=policy.dt_action_s,
+        normalisation=policy.manifest_normalisation(n),
+        source=source,
+        extra={"action_space": policy.action_space},
+        log=log,
+    )
