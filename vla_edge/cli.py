@@ -69,7 +69,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``vla-edge``."""
+    """Entry point of ``vla-edge``.
+
+    Run as the command (``argv`` from ``sys.argv``), a named error of the
+    package (:class:`~vla_edge.core.errors.VlaEdgeError`: a bad option, file,
+    checkpoint or export) is one line on stderr and exit code 2, not a
+    traceback; called with ``argv`` (tests, scripts) it propagates.
+    """
+    as_command = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
@@ -78,7 +85,15 @@ def main(argv: list[str] | None = None) -> int:
         print(missing, file=sys.stderr)
         return 2
     module = importlib.import_module(args._module)
-    return int(module.run(args) or 0)
+    if not as_command:
+        return int(module.run(args) or 0)
+    from vla_edge.core.errors import VlaEdgeError
+
+    try:
+        return int(module.run(args) or 0)
+    except VlaEdgeError as exc:
+        print(f"vla-edge {argv[0]}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

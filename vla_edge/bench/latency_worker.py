@@ -67,7 +67,7 @@ def measure(policy: str, threads: int, runs: int, warmup: int, seed: int) -> dic
         )
         for i in range(8)
     ]
-    noises = rng.standard_normal((8, spec.chunk_horizon, spec.action_dim)).astype(np.float32)
+    noises = rng.standard_normal((8, spec.chunk_horizon, spec.noise_dim)).astype(np.float32)
     for i in range(warmup):
         runner.infer(observations[i % 8], noise=noises[i % 8])
     stages: dict[str, list[float]] = {}

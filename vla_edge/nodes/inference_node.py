@@ -306,7 +306,7 @@ class InferenceNode(Node):
                 start_s,
                 self.expected_delay_s,
             )
-        noise = start_noise(self.rng, spec.chunk_horizon, spec.action_dim, self.config.noise_scale)
+        noise = start_noise(self.rng, spec.chunk_horizon, spec.noise_dim, self.config.noise_scale)
         chunk = self.runner.infer(obs, noise=noise, prefix_actions=prefix, prefix_len=prefix_len)
         wall_ms = (time.perf_counter() - wall0) * 1e3
         publish_s = self._now_s()

@@ -34,6 +34,8 @@ class RunnerSpec:
         image_height: expected image height in pixels.
         image_width: expected image width in pixels.
         supports_prefix: whether ``infer`` honours ``prefix_actions``.
+        model_action_dim: width of the model's actions when it is padded past
+            the robot's ``A`` (π0: 32); ``None`` when it is ``A``.
     """
 
     joint_names: tuple[str, ...]
@@ -43,11 +45,17 @@ class RunnerSpec:
     image_height: int
     image_width: int
     supports_prefix: bool = False
+    model_action_dim: int | None = None
 
     @property
     def action_dim(self) -> int:
         """``A``."""
         return len(self.joint_names)
+
+    @property
+    def noise_dim(self) -> int:
+        """Width of the flow-matching noise ``infer`` takes: the model's action width."""
+        return self.model_action_dim if self.model_action_dim is not None else self.action_dim
 
 
 @runtime_checkable

@@ -560,7 +560,7 @@ class ClosedLoop:
                 self.settings.delay_s,
             )
         noise = start_noise(
-            self.rng, spec.chunk_horizon, spec.action_dim, self.settings.noise_scale
+            self.rng, spec.chunk_horizon, spec.noise_dim, self.settings.noise_scale
         )
         start = time.perf_counter()
         try:
