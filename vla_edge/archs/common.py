@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from vla_edge.core.errors import CheckpointError
+from vla_edge.core.errors import CheckpointError, CheckpointKeysError
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -275,6 +275,40 @@ class Checkpoint:
     the dimensions beyond it are padding."""
 
 
+# -- loading a policy directory's weights ----------------------------------------------------
+
+
+def policy_weights_path(policy_dir: Any) -> Path:
+    """The ``model.safetensors`` of a ``PolicyDir``, a policy directory's path or the file."""
+    weights_path = Path(getattr(policy_dir, "weights_path", policy_dir))
+    if weights_path.is_dir():
+        weights_path = weights_path / WEIGHTS_NAME
+    return weights_path
+
+
+def load_state_strictly(model: Any, tensors: Mapping[str, Any], source: str) -> None:
+    """``model.load_state_dict(tensors)``; a missing or unexpected key is a CheckpointKeysError."""
+    result = model.load_state_dict(tensors, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise CheckpointKeysError(
+            format_key_report(
+                KeyReport(tuple(result.missing_keys), tuple(result.unexpected_keys), ()),
+                source,
+            )
+        )
+
+
+def copy_weights(
+    checkpoint: Checkpoint, dst: Path, metadata: Mapping[str, str] | None = None
+) -> None:
+    """Write a checked checkpoint's tensors under this package's names to ``dst``, streaming.
+
+    :func:`copy_tensors` of :attr:`Checkpoint.key_map`: each tensor's bytes unchanged, so a
+    full-size checkpoint is rewritten without holding it in memory.
+    """
+    copy_tensors(checkpoint.weights_path, checkpoint.key_map, dst, metadata)
+
+
 __all__ = [
     "CONFIG_NAME",
     "Checkpoint",
@@ -284,6 +318,9 @@ __all__ = [
     "WEIGHTS_NAME",
     "compare_keys",
     "copy_tensors",
+    "copy_weights",
+    "load_state_strictly",
+    "policy_weights_path",
     "format_key_report",
     "layer_count",
     "read_config_json",

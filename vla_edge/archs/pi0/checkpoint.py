@@ -50,14 +50,17 @@ from vla_edge.archs.common import (
     WEIGHTS_NAME,
     Checkpoint,
     ImportOptions,
-    KeyReport,
     compare_keys,
-    copy_tensors,
     format_key_report,
+    load_state_strictly,
+    policy_weights_path,
     read_config_json,
     read_header,
     read_json,
     weights_dtypes,
+)
+from vla_edge.archs.common import (
+    copy_weights as copy_weights,
 )
 from vla_edge.archs.common import layer_count as _layer_count
 from vla_edge.archs.pi0.config import IMAGE_SLOTS, PALIGEMMA_VOCAB_SIZE, GemmaSize, Pi0Config
@@ -476,17 +479,6 @@ def read_checkpoint(path: str | Path, options: ImportOptions | None = None) -> P
     )
 
 
-def copy_weights(
-    checkpoint: Pi0Checkpoint, dst: Path, metadata: Mapping[str, str] | None = None
-) -> None:
-    """Write the checked tensors under this package's names to ``dst``, streaming.
-
-    :func:`~vla_edge.archs.common.copy_tensors`: each tensor's bytes unchanged, so a
-    full-size checkpoint is rewritten without holding it in memory.
-    """
-    copy_tensors(checkpoint.weights_path, checkpoint.key_map, dst, metadata)
-
-
 def load_pi0_weights(policy_dir: Any, model: torch.nn.Module) -> None:
     """Load a policy directory's weights into ``model`` (a :class:`Pi0Model`), strictly.
 
@@ -500,9 +492,7 @@ def load_pi0_weights(policy_dir: Any, model: torch.nn.Module) -> None:
     """
     from safetensors.torch import load_file
 
-    weights_path = Path(getattr(policy_dir, "weights_path", policy_dir))
-    if weights_path.is_dir():
-        weights_path = weights_path / WEIGHTS_NAME
+    weights_path = policy_weights_path(policy_dir)
     config: Pi0Config = model.config  # type: ignore[assignment]
     header = read_header(weights_path)
     report = compare_keys({k: v[0] for k, v in header.items()}, policy_file_shapes(config))
@@ -511,11 +501,4 @@ def load_pi0_weights(policy_dir: Any, model: torch.nn.Module) -> None:
     target = model.state_dict()
     tensors = from_openpi(load_file(str(weights_path)))
     tensors = {k: v.to(target[k].dtype) if k in target else v for k, v in tensors.items()}
-    result = model.load_state_dict(tensors, strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise CheckpointKeysError(
-            format_key_report(
-                KeyReport(tuple(result.missing_keys), tuple(result.unexpected_keys), ()),
-                str(weights_path),
-            )
-        )
+    load_state_strictly(model, tensors, str(weights_path))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
+from vla_edge.archs.config_base import FrozenConfig, check_heads, check_patches
 from vla_edge.core.errors import ConfigError
 
 PALIGEMMA_VOCAB_SIZE = 257152
@@ -23,22 +24,7 @@ IMAGE_SLOTS = ("base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb")
 """openpi's image slots, in prefix order (``preprocessing_pytorch.IMAGE_KEYS``)."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or type(self).__name__}: {err['msg']}"
-                f" (got {err.get('input')!r})"
-                for err in exc.errors()
-            )
-            raise ConfigError(f"{type(self).__name__}: {problems}") from None
-
-
-class GemmaSize(_Frozen):
+class GemmaSize(FrozenConfig):
     """Sizes of one Gemma decoder (the PaliGemma language model or the action expert)."""
 
     width: int = Field(ge=2, le=16384)
@@ -50,13 +36,7 @@ class GemmaSize(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> GemmaSize:
-        if self.num_heads % self.num_kv_heads:
-            raise ConfigError(
-                f"GemmaSize: num_heads={self.num_heads} is not a multiple of "
-                f"num_kv_heads={self.num_kv_heads}"
-            )
-        if self.head_dim % 2:
-            raise ConfigError(f"GemmaSize: head_dim={self.head_dim} must be even (RoPE)")
+        check_heads("GemmaSize", self.num_heads, self.num_kv_heads, self.head_dim)
         if self.width % 2:
             raise ConfigError(f"GemmaSize: width={self.width} must be even")
         return self
@@ -77,7 +57,7 @@ class GemmaSize(_Frozen):
         return cls(width=64, depth=depth, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
 
 
-class SiglipSize(_Frozen):
+class SiglipSize(FrozenConfig):
     """Sizes of the SigLIP vision tower."""
 
     hidden: int = Field(ge=1, le=8192)
@@ -89,15 +69,7 @@ class SiglipSize(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> SiglipSize:
-        if self.hidden % self.num_heads:
-            raise ConfigError(
-                f"SiglipSize: num_heads={self.num_heads} does not divide hidden={self.hidden}"
-            )
-        if self.image_size % self.patch_size:
-            raise ConfigError(
-                f"SiglipSize: patch_size={self.patch_size} does not divide "
-                f"image_size={self.image_size}"
-            )
+        check_patches("SiglipSize", self.hidden, self.num_heads, self.image_size, self.patch_size)
         return self
 
     @property
@@ -116,7 +88,7 @@ class SiglipSize(_Frozen):
         return cls(hidden=32, depth=2, num_heads=4, mlp_dim=64, patch_size=14, image_size=224)
 
 
-class Pi0Config(_Frozen):
+class Pi0Config(FrozenConfig):
     """π0 / π0.5 at any size.
 
     ``pi05`` switches the suffix to π0.5's (no state token, time through adaRMS in the

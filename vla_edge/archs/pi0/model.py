@@ -43,6 +43,7 @@ from vla_edge.archs.pi0.layers import (
     sinusoidal_time_embedding,
     suffix_positions,
 )
+from vla_edge.archs.stage_io import collect_prefix_cache, image_prefix
 
 
 def gemma_config(size: GemmaSize, config: Pi0Config) -> GemmaConfig:
@@ -209,10 +210,9 @@ class PrefixParts:
             image_mask: ``[n_slots]``, nonzero for a present slot.
             token_ids: int64 ``[1, L]``; token_mask: ``[1, L]``, nonzero for a real token.
         """
-        n_slots, n_tok, width = image_tokens.shape
+        images, slot_pad = image_prefix(image_tokens, image_mask)
         text = embed_language_tokens(self.language_model.embed_tokens.weight, token_ids)
-        embs = torch.cat([image_tokens.reshape(1, n_slots * n_tok, width), text], dim=1)
-        slot_pad = (image_mask != 0)[:, None].expand(n_slots, n_tok).reshape(1, n_slots * n_tok)
+        embs = torch.cat([images, text], dim=1)
         pad = torch.cat([slot_pad, token_mask != 0], dim=1)
         return embs, pad
 
@@ -230,13 +230,10 @@ class PrefixParts:
         positions = prefix_positions(pad)
         cos, sin = rope_cos_sin(positions, size.head_dim, self.config.rope_theta)
         mask = additive_mask(attention_mask_2d(pad, torch.zeros_like(pad, dtype=torch.int64)))
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
-        x: torch.Tensor | None = embs
-        layers = self.language_model.layers
-        for i, layer in enumerate(layers):
-            assert x is not None
-            x, k, v = decoder_layer(
+        return collect_prefix_cache(
+            self.language_model.layers,
+            embs,
+            lambda layer, x, keys_only: decoder_layer(
                 layer,
                 x,
                 cos,
@@ -244,11 +241,9 @@ class PrefixParts:
                 mask,
                 head_dim=size.head_dim,
                 eps=self.config.rms_norm_eps,
-                keys_only=i == len(layers) - 1,
-            )
-            keys.append(k)
-            values.append(v)
-        return keys, values
+                keys_only=keys_only,
+            ),
+        )
 
 
 class ActionParts:

@@ -43,14 +43,17 @@ from vla_edge.archs.common import (
     WEIGHTS_NAME,
     Checkpoint,
     ImportOptions,
-    KeyReport,
     compare_keys,
-    copy_tensors,
     format_key_report,
     layer_count,
+    load_state_strictly,
+    policy_weights_path,
     read_config_json,
     read_header,
     weights_dtypes,
+)
+from vla_edge.archs.common import (
+    copy_weights as copy_weights,
 )
 from vla_edge.archs.smolvla.config import SmolVLAConfig, SmolVLMTextSize, SmolVLMVisionSize
 from vla_edge.archs.smolvla.layout import LEROBOT_PREFIX, LM_HEAD, from_lerobot, model_shapes
@@ -321,16 +324,6 @@ def read_checkpoint(path: str | Path, options: ImportOptions | None = None) -> C
     )
 
 
-def copy_weights(
-    checkpoint: Checkpoint, dst: Path, metadata: Mapping[str, str] | None = None
-) -> None:
-    """Stream the checked tensors to ``dst`` byte for byte under this package's names.
-
-    ``model.`` removed; no ``lm_head``, no statistics buffers.
-    """
-    copy_tensors(checkpoint.weights_path, checkpoint.key_map, dst, metadata)
-
-
 def load_smolvla_weights(policy_dir: Any, model: torch.nn.Module) -> None:
     """Load a policy directory's weights into ``model`` (a :class:`SmolVLAModel`), strictly.
 
@@ -344,9 +337,7 @@ def load_smolvla_weights(policy_dir: Any, model: torch.nn.Module) -> None:
     """
     from safetensors.torch import load_file
 
-    weights_path = Path(getattr(policy_dir, "weights_path", policy_dir))
-    if weights_path.is_dir():
-        weights_path = weights_path / WEIGHTS_NAME
+    weights_path = policy_weights_path(policy_dir)
     header = {k: v[0] for k, v in read_header(weights_path).items()}
     lerobot_file = any(k.startswith(LEROBOT_PREFIX) for k in header)
     if lerobot_file:
@@ -363,14 +354,7 @@ def load_smolvla_weights(policy_dir: Any, model: torch.nn.Module) -> None:
     if lerobot_file:
         tensors = from_lerobot(tensors)
     tensors = {k: v.to(target[k].dtype) for k, v in tensors.items()}
-    result = model.load_state_dict(tensors, strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise CheckpointKeysError(
-            format_key_report(
-                KeyReport(tuple(result.missing_keys), tuple(result.unexpected_keys), ()),
-                str(weights_path),
-            )
-        )
+    load_state_strictly(model, tensors, str(weights_path))
 
 
 __all__ = [

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
+from vla_edge.archs.config_base import FrozenConfig, check_heads, check_patches
 from vla_edge.core.errors import ConfigError
 
 SMOLVLM2_VOCAB_SIZE = 49280
@@ -54,22 +55,7 @@ def get_intermediate_size(
     return multiple_of * ((hidden_dim + multiple_of - 1) // multiple_of)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or type(self).__name__}: {err['msg']}"
-                f" (got {err.get('input')!r})"
-                for err in exc.errors()
-            )
-            raise ConfigError(f"{type(self).__name__}: {problems}") from None
-
-
-class SmolVLMTextSize(_Frozen):
+class SmolVLMTextSize(FrozenConfig):
     """Sizes of SmolVLM's Llama text decoder, as published (``depth`` before truncation)."""
 
     width: int = Field(ge=2, le=16384)
@@ -83,13 +69,7 @@ class SmolVLMTextSize(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> SmolVLMTextSize:
-        if self.num_heads % self.num_kv_heads:
-            raise ConfigError(
-                f"SmolVLMTextSize: num_heads={self.num_heads} is not a multiple of "
-                f"num_kv_heads={self.num_kv_heads}"
-            )
-        if self.head_dim % 2:
-            raise ConfigError(f"SmolVLMTextSize: head_dim={self.head_dim} must be even (RoPE)")
+        check_heads("SmolVLMTextSize", self.num_heads, self.num_kv_heads, self.head_dim)
         return self
 
     @classmethod
@@ -98,7 +78,7 @@ class SmolVLMTextSize(_Frozen):
         return cls(width=960, depth=32, mlp_dim=2560, num_heads=15, num_kv_heads=5, head_dim=64)
 
 
-class SmolVLMVisionSize(_Frozen):
+class SmolVLMVisionSize(FrozenConfig):
     """Sizes of SmolVLM's SigLIP-style vision encoder and its pixel-shuffle connector."""
 
     hidden: int = Field(ge=1, le=8192)
@@ -113,16 +93,9 @@ class SmolVLMVisionSize(_Frozen):
 
     @model_validator(mode="after")
     def _check(self) -> SmolVLMVisionSize:
-        if self.hidden % self.num_heads:
-            raise ConfigError(
-                f"SmolVLMVisionSize: num_heads={self.num_heads} does not divide "
-                f"hidden={self.hidden}"
-            )
-        if self.image_size % self.patch_size:
-            raise ConfigError(
-                f"SmolVLMVisionSize: patch_size={self.patch_size} does not divide "
-                f"image_size={self.image_size}"
-            )
+        check_patches(
+            "SmolVLMVisionSize", self.hidden, self.num_heads, self.image_size, self.patch_size
+        )
         side = self.image_size // self.patch_size
         if side % self.scale_factor:
             raise ConfigError(
@@ -169,7 +142,7 @@ class SmolVLMVisionSize(_Frozen):
         )
 
 
-class SmolVLAConfig(_Frozen):
+class SmolVLAConfig(FrozenConfig):
     """SmolVLA at any size (LeRobot's ``attention_mode="cross_attn"``).
 
     The expert has as many layers as the truncated backbone (LeRobot's default

@@ -56,6 +56,7 @@ from vla_edge.archs.smolvla.layers import (
     time_embedding,
     vlm_layer,
 )
+from vla_edge.archs.stage_io import collect_prefix_cache, image_prefix
 
 
 def text_config(config: SmolVLAConfig) -> LlamaConfig:
@@ -208,12 +209,10 @@ class PrefixParts:
             token_ids: int64 ``[1, L]``; token_mask: ``[1, L]``, nonzero for a real token.
             state: ``[1, state_dim]``.
         """
-        n_slots, n_tok, width = image_tokens.shape
+        images, slot_pad = image_prefix(image_tokens, image_mask)
         text = embed_language_tokens(self.text_model.embed_tokens.weight, token_ids)
         state_token = self.state_proj(state)[:, None, :]
-        images = image_tokens.reshape(1, n_slots * n_tok, width)
         embs = torch.cat([images, text, state_token], dim=1)
-        slot_pad = (image_mask != 0)[:, None].expand(n_slots, n_tok).reshape(1, n_slots * n_tok)
         state_pad = torch.ones(1, 1, dtype=torch.bool, device=embs.device)
         return embs, torch.cat([slot_pad, token_mask != 0, state_pad], dim=1)
 
@@ -232,18 +231,13 @@ class PrefixParts:
         cos, sin = rope_tables(prefix_positions(pad), head_dim, self.config.rope_max_wavelength)
         starts = prefix_block_starts(pad.shape[1] - 1, pad.device)
         mask = additive_mask(attention_mask_2d(pad, starts))
-        keys: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
-        x: torch.Tensor | None = embs
-        layers = self.text_model.layers
-        for i, layer in enumerate(layers):
-            assert x is not None
-            x, k, v = vlm_layer(
-                layer, x, cos, sin, mask, head_dim=head_dim, keys_only=i == len(layers) - 1
-            )
-            keys.append(k)
-            values.append(v)
-        return keys, values
+        return collect_prefix_cache(
+            self.text_model.layers,
+            embs,
+            lambda layer, x, keys_only: vlm_layer(
+                layer, x, cos, sin, mask, head_dim=head_dim, keys_only=keys_only
+            ),
+        )
 
 
 class ActionParts:

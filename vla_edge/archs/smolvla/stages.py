@@ -33,20 +33,20 @@ from torch import nn
 from vla_edge.archs.common import TensorSpec
 from vla_edge.archs.smolvla.layers import flow_times, time_embedding
 from vla_edge.archs.smolvla.model import ActionParts, PrefixParts, SmolVLAModel, VisionParts
-
-HOST_INPUTS = (
-    "images",
-    "image_mask",
-    "token_ids",
-    "token_mask",
-    "state",
-    "noise",
-    "prefix_actions",
-    "prefix_mask",
+from vla_edge.archs.stage_io import (
+    HOST_INPUTS as HOST_INPUTS,
 )
-"""Names of the tensors the host feeds."""
-
-STAGE_NAMES = ("vision_encoder", "fusion", "action_head")
+from vla_edge.archs.stage_io import (
+    STAGE_NAMES as STAGE_NAMES,
+)
+from vla_edge.archs.stage_io import (
+    StageSet,
+    default_executed_prefix,
+    example_inputs,
+    executed_prefix_masks,
+    on_flow_path,
+    stacked_cache,
+)
 
 ACTION_PROJECTIONS = (
     "action_in_proj",
@@ -96,8 +96,7 @@ class FusionStage(nn.Module, PrefixParts):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Returns ``(prefix_keys, prefix_values, prefix_pad)`` (``prefix_pad`` float 0/1)."""
         embs, pad = self.embed_prefix(image_tokens, image_mask, token_ids, token_mask, state)
-        keys, values = self.prefix_cache(embs, pad)
-        return torch.stack(keys), torch.stack(values), pad.to(torch.float32)
+        return stacked_cache(*self.prefix_cache(embs, pad), pad)
 
 
 class ActionHeadStage(nn.Module, ActionParts):
@@ -135,12 +134,11 @@ class ActionHeadStage(nn.Module, ActionParts):
         prefix_mask: torch.Tensor,
     ) -> torch.Tensor:
         """Actions ``[1, H, action_dim]``; rows under ``prefix_mask`` equal ``prefix_actions``."""
-        keep = prefix_mask[:, :, None]
-        free = 1.0 - keep
+        keep, free = executed_prefix_masks(prefix_mask)
         kv = self.expert_kv(prefix_keys, prefix_values)
         x_t = noise
         for step, t in enumerate(self.times):
-            x_t = free * x_t + keep * (t * noise + (1.0 - t) * prefix_actions)
+            x_t = on_flow_path(x_t, t, noise, prefix_actions, keep, free)
             time_emb = self.time_embeddings[step : step + 1].expand(noise.shape[0], -1)
             v_t = self.velocity(kv, prefix_pad, x_t, time_emb)
             x_t = x_t + self.dt * v_t
@@ -148,17 +146,13 @@ class ActionHeadStage(nn.Module, ActionParts):
 
 
 @dataclass
-class SmolVLAStages:
+class SmolVLAStages(StageSet):
     """The three stages of one model, their example inputs and tensor declarations."""
 
     model: SmolVLAModel
     vision_encoder: VisionEncoderStage
     fusion: FusionStage
     action_head: ActionHeadStage
-
-    def modules(self) -> dict[str, nn.Module]:
-        """Stage name → module, in run order."""
-        return {name: getattr(self, name) for name in STAGE_NAMES}
 
     def _cache_shape(self) -> tuple[int, ...]:
         c = self.model.config
@@ -229,35 +223,16 @@ class SmolVLAStages:
         slots, so masks are exercised when tracing.
         """
         c = self.model.config
-        gen = torch.Generator().manual_seed(seed)
-        specs = self.inputs()
-        values: dict[str, torch.Tensor] = {}
-        for stage in STAGE_NAMES:
-            for spec in specs[stage]:
-                values[spec.name] = _example(spec, c.text.vocab_size, gen)
-        values["image_mask"] = torch.ones(c.n_slots)
-        values["image_mask"][-1] = 0.0
-        values["token_mask"] = (torch.arange(c.max_token_len) < max(1, c.max_token_len // 2))[
-            None
-        ].float()
-        values["prefix_pad"] = torch.cat(
-            [
-                values["image_mask"].repeat_interleave(c.vision.num_tokens)[None],
-                values["token_mask"],
-                torch.ones(1, 1),
-            ],
-            dim=1,
+        return example_inputs(
+            self.inputs(),
+            vocab_size=c.text.vocab_size,
+            n_slots=c.n_slots,
+            tokens_per_slot=c.vision.num_tokens,
+            max_token_len=c.max_token_len,
+            horizon=c.chunk_size,
+            trailing_prefix_tokens=1,
+            seed=seed,
         )
-        values["prefix_mask"] = torch.zeros(1, c.chunk_size)
-        return {stage: tuple(values[s.name] for s in specs[stage]) for stage in STAGE_NAMES}
-
-
-def _example(spec: TensorSpec, vocab_size: int, gen: torch.Generator) -> torch.Tensor:
-    if spec.dtype == "int64":
-        return torch.randint(0, vocab_size, spec.shape, generator=gen)
-    if spec.name == "images":
-        return torch.rand(spec.shape, generator=gen) * 2.0 - 1.0
-    return torch.randn(spec.shape, generator=gen)
 
 
 def build_stages(model: SmolVLAModel) -> SmolVLAStages:
@@ -286,8 +261,5 @@ def run_stages(
     """Run the three stages in order, as a runner would (no executed prefix by default)."""
     tokens = stages.vision_encoder(images)
     keys, values, pad = stages.fusion(tokens, image_mask, token_ids, token_mask, state)
-    if prefix_actions is None:
-        prefix_actions = torch.zeros_like(noise)
-    if prefix_mask is None:
-        prefix_mask = torch.zeros(noise.shape[:2])
+    prefix_actions, prefix_mask = default_executed_prefix(noise, prefix_actions, prefix_mask)
     return stages.action_head(keys, values, pad, noise, prefix_actions, prefix_mask)
