@@ -26,7 +26,9 @@ own tensors, so one runner per backend runs any architecture::
                        "state": {...}, "actions": {...}, "delta_actions": [...]},
      "joint_names", "action_dim", "chunk_horizon", "dt_action_s", "flow_steps",
      "cameras", "image_height", "image_width",
-     "source": {...}, "exporter": {...}, ...architecture-specific fields}
+     "source": {...}, "exporter": {...},
+     "action_space": {...},   # optional: the policy directory's, see below
+     ...architecture-specific fields}
 
 An input's ``source`` is ``host:<name>`` (a tensor the runner's numpy
 preprocessing makes, :data:`HOST_INPUTS`, declared in ``host``) or
@@ -34,6 +36,17 @@ preprocessing makes, :data:`HOST_INPUTS`, declared in ``host``) or
 ``stage_order``). ``output`` names the stage output decoded into the chunk:
 ``[1, H, A]`` normalised actions of which the first ``N = len(joint_names)``
 dimensions are used (a model padded to ``A`` ignores the rest).
+
+``action_space`` (optional; a ``vla-edge import`` policy directory's section,
+copied as is) says what the output's dimensions mean (``joint_position``,
+``joint_delta``, ``joint_velocity``, ``eef_delta``: see
+:class:`vla_edge.actions.ActionSpace`); ``eef_delta`` adds
+``action_space.kinematics = {"mjcf", "site", "joints"}``: the robot model (a
+path relative to the package root, ``sim/tabletop/tabletop.xml``, or absolute),
+its end-effector site and arm joints. Only its shape is checked here (this
+layer may not import :mod:`vla_edge.actions`); the runner validates it against
+the robot when it is built. Without it the first ``N`` decoded dimensions are
+the joint positions.
 
 ``host.token_ids.prompt`` says what text the tokenizer encodes
 (:data:`PROMPT_FORMATS`): ``instruction`` (the instruction as is; a
@@ -319,10 +332,52 @@ def validate_manifest(directory: Path, data: Any) -> Manifest:
         codec = codec_from_section(data["normalisation"], n)
     except ManifestMismatchError as exc:
         raise ManifestMismatchError(f"{where}: {exc}") from exc
+    _validate_action_space(where, data)
     host = _validate_host(where, directory, data)
     stages = _validate_stages(where, directory, data, host)
     _validate_output(where, data, stages)
     return Manifest(directory=directory, data=data, stages=stages, host=host, codec=codec)
+
+
+KINEMATICS_FIELDS = ("mjcf", "site", "joints")
+"""``action_space.kinematics``: the robot model, its end-effector site, its arm joints."""
+
+
+def _validate_action_space(where: str, data: dict[str, Any]) -> None:
+    """The optional ``action_space`` is an object; its ``kinematics`` names a model, a site, joints.
+
+    Its meaning is checked by the runner (:class:`vla_edge.actions.ActionSpace`).
+    """
+    if "action_space" not in data:
+        return
+    section = data["action_space"]
+    if not isinstance(section, dict):
+        raise ManifestMismatchError(
+            f"{where}: field action_space = {section!r} has type {type(section).__name__}, "
+            "expected object"
+        )
+    if "kinematics" not in section:
+        return
+    kin = section["kinematics"]
+    if not isinstance(kin, dict) or sorted(kin) != sorted(KINEMATICS_FIELDS):
+        raise ManifestMismatchError(
+            f"{where}: field action_space.kinematics = {kin!r}, expected an object with "
+            f"exactly {list(KINEMATICS_FIELDS)}"
+        )
+    joints = kin["joints"]
+    if (
+        not isinstance(kin["mjcf"], str)
+        or not kin["mjcf"]
+        or not isinstance(kin["site"], str)
+        or not kin["site"]
+        or not isinstance(joints, list)
+        or not joints
+        or not all(isinstance(j, str) for j in joints)
+    ):
+        raise ManifestMismatchError(
+            f"{where}: field action_space.kinematics = {kin!r}: mjcf and site must be "
+            "non-empty strings, joints a non-empty list of joint names"
+        )
 
 
 def _check_choice(where: str, name: str, value: Any, allowed: tuple[Any, ...]) -> None:

@@ -50,6 +50,10 @@ TOKENIZER_FILE = "tokenizer.model"
 NORM_EPSILON = 1e-6
 """openpi's epsilon in both formulas (``transforms.Normalize``)."""
 NORM_STATS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
+TABLETOP_MJCF = "sim/tabletop/tabletop.xml"
+"""The tabletop arm's model, relative to the package root (source tree or ``share/vla_edge``)."""
+TABLETOP_EE_SITE = "ee"
+GRIPPER_JOINT = "gripper"
 
 
 def architecture_name(config: Pi0Config) -> str:
@@ -337,6 +341,38 @@ def export_pi0(
     )
 
 
+def manifest_action_space(
+    action_space: Mapping[str, Any],
+    joint_names: Sequence[str],
+    robot_mjcf: str | Path = TABLETOP_MJCF,
+    ee_site: str = TABLETOP_EE_SITE,
+    arm_joints: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The manifest's ``action_space``: the policy directory's, plus ``eef_delta``'s kinematics.
+
+    An ``eef_delta`` space gets ``kinematics = {"mjcf", "site", "joints"}``: the
+    robot model (kept as given: a path relative to the package root, the default
+    the tabletop arm's ``sim/tabletop/tabletop.xml``, or an absolute path), the
+    end-effector site, and the arm joints (default: ``joint_names`` without the
+    gripper). The runner checks them against the robot when it is built.
+    """
+    section = dict(action_space)
+    if section.get("kind") != "eef_delta":
+        return section
+    joints = (
+        list(arm_joints)
+        if arm_joints is not None
+        else [j for j in joint_names if j != GRIPPER_JOINT]
+    )
+    mjcf = Path(robot_mjcf)
+    section["kinematics"] = {
+        "mjcf": str(mjcf.resolve()) if mjcf.is_absolute() else mjcf.as_posix(),
+        "site": str(ee_site),
+        "joints": joints,
+    }
+    return section
+
+
 def export_policy_dir(
     path: str | Path,
     out_dir: str | Path,
@@ -344,16 +380,22 @@ def export_policy_dir(
     quant: str = "fp32",
     *,
     flow_steps: int | None = None,
+    robot_mjcf: str | Path = TABLETOP_MJCF,
+    ee_site: str = TABLETOP_EE_SITE,
+    arm_joints: Sequence[str] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Export a π0 / π0.5 policy directory (``vla-edge import``'s) like :func:`export_pi0`.
 
     The weights and the tokenizer are checked against ``policy.yaml``'s hashes;
     the manifest takes the directory's joint names, camera map, ``dt_action_s``,
-    normalisation (cut to the robot's dimensions) and action space.
+    normalisation (cut to the robot's dimensions) and action space
+    (:func:`manifest_action_space`: an ``eef_delta`` one with the kinematics).
 
     Args:
         flow_steps: Euler steps ``K`` built into the action head (default: the config's).
+        robot_mjcf, ee_site, arm_joints: ``eef_delta``'s kinematics (see
+            :func:`manifest_action_space`); ignored by the other kinds.
 
     Raises:
         ConfigError: the directory holds another architecture, or its prompt or
@@ -401,6 +443,10 @@ def export_policy_dir(
         dt_action_s=policy.dt_action_s,
         normalisation=policy.manifest_normalisation(n),
         source=source,
-        extra={"action_space": policy.action_space},
+        extra={
+            "action_space": manifest_action_space(
+                policy.action_space, policy.joint_names, robot_mjcf, ee_site, arm_joints
+            )
+        },
         log=log,
     )

@@ -19,19 +19,50 @@ manifest, and then, per observation:
    cached, and so are the token ids unless the prompt holds the state
    (π0.5's ``pi05_state``: tokenized again for every observation);
 3. decodes the declared ``output``'s first ``len(joint_names)`` dimensions
-   into absolute joint targets.
+   into absolute joint targets, or, when the manifest declares an
+   ``action_space`` (a ``vla-edge import`` policy directory's), un-normalises
+   them into the policy's own units and turns those into joint targets with
+   :class:`~vla_edge.actions.ActionAdapter`.
+
+With an action space, the chunk keeps the observation's stamp and step ``i`` is
+the target at ``t_obs + i * dt_action_s``, as the controller reads every chunk;
+the adapter's convention for step 0 is kept as it is:
+
+* ``joint_position``: step ``i`` is the policy's position ``i`` (step 0 is the
+  policy's target at the observation time);
+* ``joint_delta``: ``state + delta_i`` (every step relative to the observed
+  state, not to the step before);
+* ``joint_velocity``: ``state + dt * (v_0 + ... + v_i)`` (a velocity is applied
+  over its step, so step 0 is already one step of motion from the state);
+* ``eef_delta``: step ``i``'s delta moves the pose commanded at step ``i - 1``,
+  the observed pose for step 0 (IK on the manifest's kinematics).
+
+Joints the space does not drive hold their observed position. An action space
+declares policy units, not joint positions, so such a runner takes no executed
+prefix (``supports_prefix`` is False).
 
 No torch is imported here.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from vla_edge.core.errors import ConfigError, InvalidObservationError, ManifestMismatchError
+from vla_edge.actions import ActionAdapter, ActionSpace, Kinematics
+from vla_edge.core.errors import (
+    ActionSpaceError,
+    AssetNotFoundError,
+    ConfigError,
+    InvalidObservationError,
+    ManifestMismatchError,
+    NonFiniteChunkError,
+)
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.export.manifest import (
     Manifest,
@@ -54,6 +85,78 @@ from vla_edge.runners.preprocess import (
 from vla_edge.runners.programs import StageProgram, open_program
 from vla_edge.runners.tokenizers import PromptTokenizer, open_tokenizer
 
+PACKAGE = "vla_edge"
+GRIPPER_JOINT = "gripper"
+
+
+def robot_model_path(mjcf: str) -> Path:
+    """The robot model named by a manifest: absolute as is; relative to the package root.
+
+    A relative path is looked for in the source tree, then in the installed
+    ``share/vla_edge`` (the virtual environment's, then the ament index's).
+
+    Raises:
+        AssetNotFoundError: no candidate holds the file.
+    """
+    path = Path(mjcf)
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        roots = [Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / PACKAGE]
+        try:
+            from ament_index_python.packages import get_package_share_directory
+
+            roots.append(Path(get_package_share_directory(PACKAGE)))
+        except (ImportError, LookupError, ValueError, OSError):
+            pass
+        candidates = [root / path for root in roots]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise AssetNotFoundError(
+        f"action_space.kinematics.mjcf = {mjcf!r}: no such file; looked in "
+        f"{[str(c) for c in candidates]}"
+    )
+
+
+def action_adapter_for(
+    section: Mapping[str, Any],
+    joint_names: Sequence[str],
+    action_dim: int,
+    where: str,
+) -> ActionAdapter:
+    """The manifest's ``action_space`` on the manifest's robot, or :class:`ActionSpaceError`.
+
+    Refused: an invalid space, a ``policy_dim`` other than the model's width, a
+    used dimension past the ``N = len(joint_names)`` the manifest's normalisation
+    covers, a missing robot model, and whatever :class:`ActionAdapter` refuses
+    (more dimensions than joints, ``eef_delta`` without kinematics, ...).
+    """
+    fields = dict(section)
+    kin = fields.pop("kinematics", None)
+    space = ActionSpace.from_dict(fields, source=f"{where}: action_space")
+    if space.policy_dim != action_dim:
+        raise ActionSpaceError(
+            f"{where}: action_space.policy_dim = {space.policy_dim}, expected the model's "
+            f"action_dim = {action_dim}"
+        )
+    n = len(joint_names)
+    used = [*space.indices, *([] if space.gripper is None else [space.gripper.index])]
+    beyond = [i for i in used if i >= n]
+    if beyond:
+        raise ActionSpaceError(
+            f"{where}: action_space uses dimensions {beyond}, but the manifest's "
+            f"normalisation covers the first {n} (len(joint_names)) only"
+        )
+    kinematics = None
+    if kin is not None and space.kind == "eef_delta":
+        try:
+            model_path = robot_model_path(str(kin["mjcf"]))
+        except AssetNotFoundError as exc:
+            raise ActionSpaceError(f"{where}: {exc}") from exc
+        kinematics = Kinematics.from_mjcf(model_path, kin["joints"], str(kin["site"]))
+    return ActionAdapter(space, joint_names, kinematics, gripper_joint=GRIPPER_JOINT)
+
 
 class ExportedRunner:
     """Run an export directory's stage programs as its manifest declares.
@@ -70,6 +173,8 @@ class ExportedRunner:
         ManifestMismatchError: the manifest is invalid or of an old format,
             disagrees with its programs, its tokenizer file, with ``expected``
             or with ``backend``.
+        ActionSpaceError: the manifest's ``action_space`` is one the robot
+            cannot execute (see :func:`action_adapter_for`).
     """
 
     backend_name = "exported"
@@ -89,6 +194,14 @@ class ExportedRunner:
                 f"manifest.json, expected {backend!r} for {type(self).__name__}"
             )
         m = self.manifest.data
+        self.action_adapter: ActionAdapter | None = None
+        if "action_space" in m:
+            self.action_adapter = action_adapter_for(
+                m["action_space"],
+                m["joint_names"],
+                int(m["action_dim"]),
+                f"{self.manifest.directory}/manifest.json",
+            )
         self.spec = RunnerSpec(
             joint_names=tuple(m["joint_names"]),
             chunk_horizon=int(m["chunk_horizon"]),
@@ -96,7 +209,8 @@ class ExportedRunner:
             cameras=tuple(m["cameras"]),
             image_height=int(m["image_height"]),
             image_width=int(m["image_width"]),
-            supports_prefix="prefix_actions" in self.manifest.host,
+            supports_prefix="prefix_actions" in self.manifest.host and self.action_adapter is None,
+            model_action_dim=int(m["action_dim"]),
         )
         if expected is not None:
             check_expected_spec(self.manifest, expected)
@@ -257,6 +371,9 @@ class ExportedRunner:
 
         Raises:
             ConfigError: the runner was closed.
+            ChunkRejectedError: (:class:`NonFiniteChunkError` and its relatives)
+                the model's output, or the targets made from it, hold NaN or
+                inf; no chunk is returned.
         """
         if not self._programs:
             raise ConfigError(
@@ -285,8 +402,11 @@ class ExportedRunner:
             self._run_stage(name, values)
             timings[name] = (time.perf_counter() - t0) * 1e3
         stage, output = self.manifest.output
-        actions_norm = values[f"stage:{stage}.{output}"][..., :n]
-        positions = decode_chunk(self.codec, actions_norm, state, prefix_actions, prefix_len)
+        if self.action_adapter is None:
+            actions_norm = values[f"stage:{stage}.{output}"][..., :n]
+            positions = decode_chunk(self.codec, actions_norm, state, prefix_actions, prefix_len)
+        else:
+            positions = self._adapted(values[f"stage:{stage}.{output}"], state)
         return ActionChunk(
             t_obs_s=float(obs.stamp_s),
             dt_action_s=self.spec.dt_action_s,
@@ -294,6 +414,24 @@ class ExportedRunner:
             positions=positions,
             timings_ms=timings,
         )
+
+    def _adapted(self, output: np.ndarray, state: np.ndarray) -> np.ndarray:
+        """Joint targets ``[H, N]`` from the model's output ``[1, H, A]`` through the action space.
+
+        The first ``N`` dimensions are un-normalised as the manifest declares
+        (the policy's own units; the others, unused, stay as the model gave
+        them), then :meth:`ActionAdapter.to_joint_positions` makes the targets.
+        """
+        assert self.action_adapter is not None
+        arr = np.asarray(output)
+        arr = arr.reshape(arr.shape[-2:])
+        n = self.spec.action_dim
+        raw = arr.astype(np.float64)
+        raw[:, :n] = decode_chunk(self.codec, arr[:, :n], state, None, 0)
+        positions = self.action_adapter.to_joint_positions(raw, state, self.spec.dt_action_s)
+        if not np.all(np.isfinite(positions)):  # the adapter checks too: never pass NaN on
+            raise NonFiniteChunkError(f"adapted chunk holds a non-finite target: {positions}")
+        return positions
 
     def close(self) -> None:
         """Drop the cached instruction outputs and the programs; a later ``infer`` raises."""

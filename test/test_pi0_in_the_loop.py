@@ -1,0 +1,303 @@
+"""A π0 policy directory in the robot's loop, with each action space.
+
+A tiny random-weight π0 checkpoint is imported (``vla-edge import``) with each
+action space — ``joint_position`` (rad), ``joint_delta``, ``joint_velocity``,
+``eef_delta`` on the tabletop arm's kinematics — exported to ONNX fp32
+(``vla-edge export --policy``) and run by the generic ONNX runner in the
+simulated loop (virtual time, the real controller and safety cores). The
+normalisation statistics keep the raw actions small: positions near the arm's
+home pose, small deltas, velocities and end-effector deltas. Every chunk must
+reach the controller, none may be refused, and the safety supervisor must see
+no command out of its limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from test_export_pi0 import train_tokenizer, write_openpi_checkpoint
+
+from vla_edge.archs.common import ImportOptions
+from vla_edge.archs.import_cli import default_robot, import_checkpoint
+from vla_edge.archs.pi0 import Pi0Config, Pi0Model
+from vla_edge.archs.pi0.config import GemmaSize
+from vla_edge.config.loader import load_node_params
+from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.config.paths import config_path
+from vla_edge.core.errors import ActionSpaceError, NonFiniteChunkError
+from vla_edge.core.types import Observation
+from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
+from vla_edge.export.pi0 import TABLETOP_MJCF, export_policy_dir, manifest_action_space
+from vla_edge.runners.exported import ExportedRunner
+from vla_edge.runners.onnx_runner import OnnxRunner
+from vla_edge.sim.env import TabletopEnv
+from vla_edge.sim.evaluator import EvalSettings, run_episode
+from vla_edge.sim.tasks import HOME_ARM_QPOS_RAD, get_task
+
+pytestmark = pytest.mark.slow
+
+H, K, DT = 10, 2, 0.1
+GRIPPER_OPEN_M = 0.04
+HOME = [*HOME_ARM_QPOS_RAD.tolist(), GRIPPER_OPEN_M]
+N = len(HOME)
+BUDGET_S = 2.0
+
+# per action space: its section and the action statistics (mean, std) of its N dimensions
+SPACES: dict[str, tuple[dict[str, Any], list[float], list[float]]] = {
+    "joint_position": (
+        {
+            "kind": "joint_position",
+            "policy_dim": 32,
+            "indices": [0, 1, 2, 3, 4, 5],
+            "units": "rad",
+            "gripper": {"index": 6, "policy_range": [0.0, 0.04], "position_range_m": [0.0, 0.04]},
+        },
+        HOME,
+        [0.02] * 6 + [0.005],
+    ),
+    "joint_delta": (
+        {
+            "kind": "joint_delta",
+            "policy_dim": 32,
+            "indices": [0, 1, 2, 3, 4, 5],
+            "units": "rad",
+        },
+        [0.0] * N,
+        [0.02] * N,
+    ),
+    "joint_velocity": (
+        {
+            "kind": "joint_velocity",
+            "policy_dim": 32,
+            "indices": [0, 1, 2, 3, 4, 5],
+            "units": "rad",
+        },
+        [0.0] * N,
+        [0.05] * N,
+    ),
+    "eef_delta": (
+        {
+            "kind": "eef_delta",
+            "policy_dim": 32,
+            "indices": [0, 1, 2, 3, 4, 5],
+            "frame": "base",
+            "rotation": "axis_angle",
+            "input_limit": 1.0,
+            "position_scale_m": 0.01,
+            "rotation_scale_rad": 0.02,
+            "gripper": {"index": 6, "policy_range": [-1.0, 1.0], "position_range_m": [0.04, 0.0]},
+        },
+        [0.0] * N,
+        [0.2] * N,
+    ),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny π0 in openpi's layout (weights ~ N(0, 0.05²)) and a PaliGemma-like tokenizer."""
+    root = tmp_path_factory.mktemp("pi0_loop")
+    tokenizer = train_tokenizer(root / "tok" / "paligemma_tiny.model")
+    torch.manual_seed(0)
+    config = Pi0Config.tiny(expert=GemmaSize.dummy(), action_horizon=H, max_token_len=48)
+    model = Pi0Model(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.05)
+    return write_openpi_checkpoint(root / "ckpt", model), tokenizer
+
+
+def set_norm_stats(ckpt: Path, mean: list[float], std: list[float]) -> None:
+    """The checkpoint's statistics: the state about the home pose, the actions as given."""
+    stats = {
+        "state": {"mean": HOME, "std": [0.5] * N},
+        "actions": {"mean": mean, "std": std},
+    }
+    (ckpt / "assets" / "trossen" / "norm_stats.json").write_text(json.dumps({"norm_stats": stats}))
+
+
+@pytest.fixture(scope="module")
+def exports(checkpoint, tmp_path_factory) -> dict[str, Path]:
+    """``joint_position`` imported and exported to ONNX fp32; the other spaces are copies of
+    that export whose manifest declares their action space and statistics (the programs do
+    not depend on them: exporting them again would only take time)."""
+    ckpt, tokenizer = checkpoint
+    root = tmp_path_factory.mktemp("exports")
+    section, mean, std = SPACES["joint_position"]
+    set_norm_stats(ckpt, mean, std)
+    policy = root / "policy"
+    import_checkpoint(
+        ckpt,
+        policy,
+        tokenizer,
+        DT,
+        default_robot(),
+        options=ImportOptions(vision_heads=4),
+        action_space=section,
+    )
+    first = root / "export_joint_position"
+    export_policy_dir(policy, first, "onnx", "fp32", flow_steps=K, log=lambda _m: None)
+    out = {"joint_position": first}
+    joints = load_manifest(first).data["joint_names"]
+    for kind, (section, mean, std) in SPACES.items():
+        if kind != "joint_position":
+            out[kind] = copy_with_manifest(
+                first,
+                root / f"export_{kind}",
+                action_space=manifest_action_space(section, joints),
+                actions={"mean": mean, "std": std},
+            )
+    return out
+
+
+def copy_with_manifest(
+    src: Path,
+    dst: Path,
+    action_space: dict[str, Any],
+    actions: dict[str, list[float]] | None = None,
+) -> Path:
+    """A copy of an export whose manifest declares ``action_space`` (and action statistics)."""
+    shutil.copytree(src, dst)
+    data = json.loads((dst / MANIFEST_NAME).read_text())
+    data["action_space"] = action_space
+    if actions is not None:
+        data["normalisation"]["actions"] = actions
+    (dst / MANIFEST_NAME).write_text(json.dumps(data))
+    return dst
+
+
+@pytest.fixture(scope="module")
+def configs() -> tuple[ControllerConfig, SafetyConfig]:
+    controller = load_node_params(
+        config_path("controller.yaml"), "controller_node", ControllerConfig
+    )
+    safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
+    return controller, safety
+
+
+@pytest.mark.parametrize("kind", list(SPACES))
+def test_each_action_space_runs_in_the_loop_without_refusals_or_limit_violations(
+    kind, exports, configs
+) -> None:
+    manifest = load_manifest(exports[kind])
+    assert manifest.data["action_space"]["kind"] == kind
+    if kind == "eef_delta":
+        assert manifest.data["action_space"]["kinematics"] == {
+            "mjcf": TABLETOP_MJCF,
+            "site": "ee",
+            "joints": ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6"],
+        }
+    runner = OnnxRunner(exports[kind], threads=1)
+    assert runner.action_adapter is not None and not runner.spec.supports_prefix
+    env = TabletopEnv(image_height=64, image_width=64)
+    task = dataclasses.replace(get_task("lift_green_block"), budget_s=BUDGET_S)
+    result = run_episode(
+        env,
+        OwnNoise(runner),
+        task,
+        0,
+        EvalSettings(),
+        *configs,
+        np.random.default_rng(0),
+    )
+    runner.close()
+    assert result.chunks >= 3, result
+    assert result.rejected == 0, result  # controller rejections + runner refusals
+    assert result.controller_counters["rejected"] == 0, result.controller_counters
+    safety = result.safety_counters
+    assert safety.get("rejected", 0) == 0, safety
+    assert safety.get("rejected_out_of_limits", 0) == 0, safety
+    assert safety.get("estops", 0) == 0, safety
+
+
+class OwnNoise:
+    """The runner, drawing its own flow noise.
+
+    The sim loop draws noise at the robot's width ``N`` (``start_noise(..., spec.action_dim)``);
+    π0's programs take it at the padded width ``A`` = 32 and the runner refuses ``[H, N]``
+    (test_stage_contract), so the noise is left to the runner here.
+    """
+
+    def __init__(self, runner: ExportedRunner) -> None:
+        self.runner, self.spec = runner, runner.spec
+
+    def infer(self, obs, noise=None, prefix_actions=None, prefix_len=0):
+        return self.runner.infer(obs, None, prefix_actions, prefix_len)
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+def observation(state: list[float]) -> Observation:
+    rng = np.random.default_rng(0)
+    images = {c: rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for c in ("agentview", "wrist")}
+    return Observation(stamp_s=3.0, images=images, state=np.array(state), instruction="lift it")
+
+
+def test_chunk_keeps_the_observation_stamp_and_holds_undriven_joints(exports) -> None:
+    runner = ExportedRunner(exports["joint_delta"], threads=1)
+    state = [0.1, 0.2, 1.5, -0.1, 1.0, 0.3, 0.02]
+    chunk = runner.infer(observation(state))
+    assert chunk.t_obs_s == 3.0 and chunk.positions.shape == (H, N)
+    np.testing.assert_array_equal(chunk.positions[:, 6], 0.02)  # no gripper mapping: held
+    assert np.max(np.abs(chunk.positions[:, :6] - np.array(state[:6]))) < 0.2
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"indices": [0, 1, 2, 3, 4, 5, 6]}, "7 dimensions"),
+        ({"policy_dim": 16}, "policy_dim"),
+        ({"indices": [0, 1, 2, 3, 4, 20]}, "normalisation covers"),
+    ],
+)
+def test_action_space_the_robot_cannot_execute_is_refused_when_built(
+    exports, tmp_path, change, words
+) -> None:
+    section = {**SPACES["joint_delta"][0], **change}
+    bad = copy_with_manifest(exports["joint_delta"], tmp_path / "bad", section)
+    with pytest.raises(ActionSpaceError, match=words):
+        ExportedRunner(bad)
+
+
+def test_eef_delta_without_kinematics_is_refused_when_built(exports, tmp_path) -> None:
+    section = dict(load_manifest(exports["eef_delta"]).data["action_space"])
+    section.pop("kinematics")
+    bad = copy_with_manifest(exports["eef_delta"], tmp_path / "bad", section)
+    with pytest.raises(ActionSpaceError, match="kinematics"):
+        ExportedRunner(bad)
+    section["kinematics"] = {"mjcf": "sim/nowhere.xml", "site": "ee", "joints": ["joint1"]}
+    bad = copy_with_manifest(exports["eef_delta"], tmp_path / "bad2", section)
+    with pytest.raises(ActionSpaceError, match="nowhere"):
+        ExportedRunner(bad)
+
+
+def test_non_finite_model_output_is_a_named_error_never_a_chunk(exports) -> None:
+    runner = ExportedRunner(exports["joint_velocity"], threads=1)
+    stage, _ = runner.manifest.output
+    program = runner._programs[stage]
+    real_run = program.run
+
+    def nan_run(inputs):
+        outputs = list(real_run(inputs))
+        outputs[0] = np.full_like(outputs[0], np.nan)
+        return outputs
+
+    program.run = nan_run  # type: ignore[method-assign]
+    with pytest.raises(NonFiniteChunkError):
+        runner.infer(observation(HOME))
