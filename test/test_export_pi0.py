@@ -638,7 +638,18 @@ def test_vla_edge_export_policy_runs_an_imported_policy_directory(tokenizer, tmp
     noise = noises(1)[0]
     got = make_runner(str(out), threads=1).infer(obs, noise=noise).positions
     want = reference_chunk(model, tokenizer, obs, noise, deploy)[1]
-    assert worst_fraction_of_range(got, want) <= 1e-3
+    # the policy's default action space: the arm joints in radians as decoded, the
+    # gripper mapped linearly onto its range and clamped there (vla_edge.actions)
+    gripper = policy.action_space["gripper"]
+    (p_lo, p_hi), (g_lo, g_hi) = gripper["policy_range"], gripper["position_range_m"]
+    want = want.copy()
+    want[:, -1] = np.clip(
+        g_lo + (want[:, -1] - p_lo) * (g_hi - g_lo) / (p_hi - p_lo),
+        min(g_lo, g_hi),
+        max(g_lo, g_hi),
+    )
+    assert worst_fraction_of_range(got[:, :-1], want[:, :-1]) <= 1e-3
+    np.testing.assert_allclose(got[:, -1], want[:, -1], atol=1e-5)
 
     # refused: a flag of the bundled export alongside --policy
     assert main([*argv, "--checkpoint", "bundled"]) == 2

@@ -208,7 +208,7 @@ def test_each_action_space_runs_in_the_loop_without_refusals_or_limit_violations
     task = dataclasses.replace(get_task("lift_green_block"), budget_s=BUDGET_S)
     result = run_episode(
         env,
-        OwnNoise(runner),
+        runner,
         task,
         0,
         EvalSettings(),
@@ -223,24 +223,6 @@ def test_each_action_space_runs_in_the_loop_without_refusals_or_limit_violations
     assert safety.get("rejected", 0) == 0, safety
     assert safety.get("rejected_out_of_limits", 0) == 0, safety
     assert safety.get("estops", 0) == 0, safety
-
-
-class OwnNoise:
-    """The runner, drawing its own flow noise.
-
-    The sim loop draws noise at the robot's width ``N`` (``start_noise(..., spec.action_dim)``);
-    π0's programs take it at the padded width ``A`` = 32 and the runner refuses ``[H, N]``
-    (test_stage_contract), so the noise is left to the runner here.
-    """
-
-    def __init__(self, runner: ExportedRunner) -> None:
-        self.runner, self.spec = runner, runner.spec
-
-    def infer(self, obs, noise=None, prefix_actions=None, prefix_len=0):
-        return self.runner.infer(obs, None, prefix_actions, prefix_len)
-
-    def close(self) -> None:
-        self.runner.close()
 
 
 def observation(state: list[float]) -> Observation:
