@@ -204,6 +204,9 @@ def test_each_action_space_runs_in_the_loop_without_refusals_or_limit_violations
         }
     runner = OnnxRunner(exports[kind], threads=1)
     assert runner.action_adapter is not None and not runner.spec.supports_prefix
+    # 64x64 cameras fitted to the model's 224x224 (the inference node accepts them);
+    # the loop draws the flow noise at the model's padded width
+    assert runner.spec.fits_images and runner.spec.noise_dim == runner.model_action_dim == 32
     env = TabletopEnv(image_height=64, image_width=64)
     task = dataclasses.replace(get_task("lift_green_block"), budget_s=BUDGET_S)
     result = run_episode(

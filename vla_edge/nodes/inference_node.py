@@ -169,9 +169,10 @@ class InferenceNode(Node):
         missing = [cam for cam in spec.cameras if cam not in cfg.cameras]
         if missing:
             raise ConfigError(f"cameras = {cfg.cameras}: the policy also needs {missing}")
-        if spec.cameras and (spec.image_height, spec.image_width) != (
-            cfg.image_height,
-            cfg.image_width,
+        if (
+            spec.cameras
+            and not spec.fits_images
+            and (spec.image_height, spec.image_width) != (cfg.image_height, cfg.image_width)
         ):
             raise ConfigError(
                 f"image_height x image_width = {cfg.image_height}x{cfg.image_width}, the policy "

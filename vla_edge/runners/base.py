@@ -36,6 +36,9 @@ class RunnerSpec:
         supports_prefix: whether ``infer`` honours ``prefix_actions``.
         model_action_dim: width of the model's actions when it is padded past
             the robot's ``A`` (π0: 32); ``None`` when it is ``A``.
+        fits_images: whether ``infer`` fits images of any size to
+            ``image_height x image_width`` itself (openpi's resize_with_pad);
+            otherwise they must arrive at that size.
     """
 
     joint_names: tuple[str, ...]
@@ -46,6 +49,7 @@ class RunnerSpec:
     image_width: int
     supports_prefix: bool = False
     model_action_dim: int | None = None
+    fits_images: bool = False
 
     @property
     def action_dim(self) -> int:

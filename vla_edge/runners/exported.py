@@ -211,6 +211,7 @@ class ExportedRunner:
             image_width=int(m["image_width"]),
             supports_prefix="prefix_actions" in self.manifest.host and self.action_adapter is None,
             model_action_dim=int(m["action_dim"]),
+            fits_images=m["host"]["images"]["resize"] == "pad",
         )
         if expected is not None:
             check_expected_spec(self.manifest, expected)
