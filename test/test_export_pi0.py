@@ -529,8 +529,15 @@ def test_a_state_prompt_cannot_feed_a_per_instruction_stage(root, tokenizer, tmp
 
 
 # ---------------------------------------------------------------- ExecuTorch
-@pytest.mark.slow  # lowers three programs per architecture to XNNPACK (a few minutes)
-@pytest.mark.parametrize(("quant", "bound"), [("fp32", 1e-3), ("8da4w", 5e-2)])
+# Each lowering to XNNPACK costs 20-40 s however small the model: two of the four
+# (architecture, quant) pairs keep the suite short - π0.5's adaRMS expert in fp32,
+# π0 in 8da4w (the tighter of the two 8da4w margins; π0.5's is 0.2 %)
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("pi05", "quant", "bound"),
+    [(True, "fp32", 1e-3), (False, "8da4w", 5e-2)],
+    ids=["pi05-fp32", "pi0-8da4w"],
+)
 def test_executorch_programs_are_delegated_and_equal_eager_torch(
     root, tokenizer, pi05, quant, bound
 ) -> None:
