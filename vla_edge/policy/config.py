@@ -232,9 +232,7 @@ def load_train_file(path: str | Path, stage: str | None = None) -> TrainFileConf
     return validate_params(TrainFileConfig, data, str(path))
 
 
-def _stage_train(
-    path: str | Path, train: Any, stages: Any, stage: str | None
-) -> dict[str, Any]:
+def _stage_train(path: str | Path, train: Any, stages: Any, stage: str | None) -> dict[str, Any]:
     """``train:`` with stage ``stage``'s fields over it."""
     if stages is None:
         raise ConfigError(f"{path}: stage = {stage!r}, but the file has no 'stages:' section")

@@ -341,9 +341,7 @@ class LoopSettings:
 
     def __post_init__(self) -> None:
         if self.cameras not in ("on_request", "streaming"):
-            raise ConfigError(
-                f"cameras = {self.cameras!r}: expected 'on_request' or 'streaming'"
-            )
+            raise ConfigError(f"cameras = {self.cameras!r}: expected 'on_request' or 'streaming'")
         if not self.delay_s >= 0.0:
             raise ConfigError(f"delay_s = {self.delay_s}: must be >= 0")
 
@@ -559,9 +557,7 @@ class ClosedLoop:
                 clock,
                 self.settings.delay_s,
             )
-        noise = start_noise(
-            self.rng, spec.chunk_horizon, spec.noise_dim, self.settings.noise_scale
-        )
+        noise = start_noise(self.rng, spec.chunk_horizon, spec.noise_dim, self.settings.noise_scale)
         start = time.perf_counter()
         try:
             chunk = self.faults.run_inference(
