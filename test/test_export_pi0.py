@@ -472,6 +472,7 @@ def test_the_xnnpack_rewrite_equals_the_reference_stages(pi05) -> None:
 
 
 # ---------------------------------------------------------------- ONNX
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
 def test_onnx_programs_equal_eager_torch(root, tokenizer, pi05) -> None:
     folder = exported(root, tokenizer, pi05, "onnx", "fp32")
     manifest = load_manifest(folder)
@@ -481,11 +482,13 @@ def test_onnx_programs_equal_eager_torch(root, tokenizer, pi05) -> None:
     check_programs_against_eager(folder, tokenizer, pi05, 1e-3)
 
 
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
 def test_the_onnx_runner_chunk_equals_the_openpi_style_reference(root, tokenizer, pi05) -> None:
     folder = exported(root, tokenizer, pi05, "onnx", "fp32")
     check_runner_against_reference(folder, tokenizer, pi05, 1e-3)
 
 
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
 def test_pi05_tokens_follow_the_state_of_every_observation(root, tokenizer) -> None:
     runner = OnnxRunner(exported(root, tokenizer, True, "onnx", "fp32"), threads=1)
     assert runner.manifest.tokens_per_observation
@@ -500,6 +503,7 @@ def test_pi05_tokens_follow_the_state_of_every_observation(root, tokenizer) -> N
     )
 
 
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
 def test_pi0_tokens_are_cached_per_instruction(root, tokenizer) -> None:
     runner = OnnxRunner(exported(root, tokenizer, False, "onnx", "fp32"), threads=1)
     assert not runner.manifest.tokens_per_observation
@@ -507,6 +511,7 @@ def test_pi0_tokens_are_cached_per_instruction(root, tokenizer) -> None:
     assert set(runner._instruction_cache[INSTRUCTION]) == {"host:token_ids", "host:token_mask"}
 
 
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
 def test_a_masked_slot_is_a_black_image(root, tokenizer) -> None:
     model = randomised(False)
     host = host_tensors(model, tokenizer, observation(0), deployment(False))
@@ -514,6 +519,7 @@ def test_a_masked_slot_is_a_black_image(root, tokenizer) -> None:
     assert torch.all(host["images"][2] == -1.0)
 
 
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
 def test_a_state_prompt_cannot_feed_a_per_instruction_stage(root, tokenizer, tmp_path) -> None:
     import shutil
 
@@ -591,6 +597,7 @@ def write_openpi_checkpoint(root: Path, model: Pi0Model) -> Path:
     return root
 
 
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
 def test_vla_edge_export_policy_runs_an_imported_policy_directory(tokenizer, tmp_path) -> None:
     from vla_edge.archs.common import ImportOptions
     from vla_edge.archs.import_cli import default_robot, import_checkpoint
