@@ -31,6 +31,9 @@ from vla_edge.archs.pi0.layers import (
 from vla_edge.archs.pi0.model import gemma_config
 from vla_edge.archs.pi0.prompt import discretize_state, pad_tokens, pi05_prompt
 
+# real architectures built and run at tiny sizes: in `make test`, not the fast tier
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():

@@ -26,6 +26,9 @@ from vla_edge.archs.smolvla.layers import (
 )
 from vla_edge.archs.smolvla.model import smolvlm_config, text_config
 
+# real architectures built and run at tiny sizes: in `make test`, not the fast tier
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():

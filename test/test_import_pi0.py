@@ -51,6 +51,9 @@ from vla_edge.core.errors import (
     UnknownArchitectureError,
 )
 
+# real architectures built and run at tiny sizes: in `make test`, not the fast tier
+pytestmark = pytest.mark.slow
+
 JOINTS = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper")
 STATE_DIM, ACTION_DIM = 8, 7
 SENTENCES = [
