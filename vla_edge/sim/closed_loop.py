@@ -167,7 +167,6 @@ class ControllerProcess:
     """
 
     def __init__(self, config: ControllerConfig, positions: np.ndarray, now_s: float) -> None:
-        self.config = config
         self.core = Controller(config, initial_positions=positions)
         self.watchdog = Watchdog.from_controller_config(config, start_s=now_s)
 
