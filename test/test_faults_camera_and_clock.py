@@ -151,4 +151,6 @@ def test_recovery_after_a_clock_step_of_any_size_takes_as_long_as_after_a_small_
     assert result["recovered"] is True
     # within 1 s of the fault window's end whatever the size (the 2 s steps: 0 ms)
     assert result["time_to_recover_ms"] <= 1000.0
-    assert trace.info["inference_clock_steps"] == 1
+    # a forward gap within the threshold is a late reading, not a step (nothing to re-anchor)
+    threshold_s = harness.settings.inference.clock_step_threshold_s
+    assert trace.info["inference_clock_steps"] == int(step_s < 0 or step_s > threshold_s)
