@@ -3,6 +3,9 @@
 ``vla-edge bench latency --json OUT [--backend torch,onnx,executorch,remote]
 [--checkpoint bundled] [--runs 200] [--cameras 1,3] [--image-size 224] [--threads 1,2]``
 
+With ``--arch pi0|pi05|smolvla [--size full]`` an imported architecture is timed
+instead, with random weights (:mod:`vla_edge.bench.arch_latency`).
+
 Two sets of models are timed:
 
 * ``grid``: the bundled architecture exported at ``--image-size`` for each
@@ -32,12 +35,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vla_edge.bench import arch_latency
 from vla_edge.core.errors import VlaEdgeError
 
 BACKENDS = ("torch", "onnx", "executorch", "remote")
 EXPORTS = (("onnx", "fp32"), ("executorch", "fp32"), ("executorch", "8da4w"))
 GRID_CAMERAS = ("agentview", "wrist", "side")
 REPO_ROOT = Path(__file__).resolve().parents[2]
+ARCH_TIMEOUT_S = 3600.0
+"""Per worker with ``--arch`` (a full-size export takes minutes; a full-size chunk seconds)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +55,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated subset of {','.join(BACKENDS)} (or 'all')",
     )
     parser.add_argument("--checkpoint", default="bundled", help="checkpoint .pt or 'bundled'")
-    parser.add_argument("--runs", type=int, default=200, help="timed runs (>= 200 for reports)")
-    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument(
+        "--runs", type=int, default=None, help="timed runs (default 200; --arch: 3)"
+    )
+    parser.add_argument("--warmup", type=int, default=None, help="default 20; --arch: 1")
     parser.add_argument("--cameras", default="1,3", help="camera counts of the grid")
     parser.add_argument("--image-size", type=int, default=224, help="grid image height = width")
     parser.add_argument("--threads", default="1,2", help="thread counts")
@@ -59,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-grid", action="store_true", help="skip the untrained size grid")
     parser.add_argument("--no-native", action="store_true", help="skip the real checkpoint")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="per worker process")
+    parser.add_argument(
+        "--reuse-exports", action="store_true", help="with --arch: keep stages already exported"
+    )
+    arch_latency.add_arguments(parser)
 
 
 # ---------------------------------------------------------------- machine
@@ -498,6 +510,14 @@ def _remote_entry(
 
 def run(args: argparse.Namespace) -> int:
     """Write the latency JSON."""
+    if args.arch is not None:
+        if args.timeout_s == 900.0:
+            args.timeout_s = ARCH_TIMEOUT_S
+        return arch_latency.run(args)
+    if args.runs is None:
+        args.runs = 200
+    if args.warmup is None:
+        args.warmup = 20
     started = time.time()
     try:
         report = run_latency(args)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from vla_edge.bench import arch_latency
 from vla_edge.core.errors import VlaEdgeError
 
 PAIRS = ("onnx_fp32", "executorch_fp32", "executorch_8da4w")
@@ -60,6 +61,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=int, default=64, help="observations compared")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cameras", default="1", help="with --arch: camera counts")
+    parser.add_argument("--work-dir", type=Path, default=Path("out/bench/latency_models"))
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="with --arch: per worker")
+    parser.add_argument(
+        "--reuse-exports", action="store_true", help="with --arch: keep stages already exported"
+    )
+    parser.add_argument(
+        "--backend", default="torch,onnx,executorch", help="with --arch: backends compared"
+    )
+    arch_latency.add_arguments(parser)
 
 
 # ---------------------------------------------------------------- metrics
@@ -238,6 +249,8 @@ def run_parity(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Write the parity JSON."""
+    if args.arch is not None:
+        return arch_latency.run(args, parity_only=True)
     try:
         report = run_parity(args)
     except VlaEdgeError as exc:

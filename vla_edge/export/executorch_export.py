@@ -39,16 +39,18 @@ from vla_edge.export.stages import StageProgram
 GROUP_SIZE = 32
 
 
-def quantize_8da4w(module: nn.Module, group_size: int = GROUP_SIZE) -> tuple[nn.Module, int, int]:
-    """A copy of ``module`` with its eligible ``Linear`` layers in 8da4w.
+def quantize_8da4w(
+    module: nn.Module, group_size: int = GROUP_SIZE, in_place: bool = False
+) -> tuple[nn.Module, int, int]:
+    """``module`` with its eligible ``Linear`` layers in 8da4w (a copy unless ``in_place``).
 
     Returns:
-        The quantised copy, the number of quantised and of skipped ``Linear`` layers.
+        The quantised module, the number of quantised and of skipped ``Linear`` layers.
     """
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.quantization.granularity import PerGroup
 
-    quantized = copy.deepcopy(module).eval()
+    quantized = (module if in_place else copy.deepcopy(module)).eval()
     linears = [m for m in quantized.modules() if isinstance(m, nn.Linear)]
     eligible = sum(1 for m in linears if m.in_features % group_size == 0)
 
@@ -135,11 +137,14 @@ def export_stage_executorch(
     path: Path,
     quant: str,
     calibration: list[tuple[torch.Tensor, ...]] | None = None,
+    *,
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """Lower ``stage`` to XNNPACK and write the ``.pte`` program.
 
     ``calibration`` (8da4w only): inputs for the int8 convolutions' activation
-    ranges; without it a stage's convolutions stay fp32.
+    ranges; without it a stage's convolutions stay fp32. ``in_place``: rewrite
+    and quantise ``stage.module`` itself, not a copy (it is unusable afterwards).
 
     Returns:
         ``{"delegation": {"delegated_subgraphs", "delegated_nodes",
@@ -153,13 +158,14 @@ def export_stage_executorch(
 
     from vla_edge.export.xnnpack_rewrites import rewrite_for_xnnpack
 
-    module, rewrites = rewrite_for_xnnpack(stage.module.eval())
+    module, rewrites = rewrite_for_xnnpack(stage.module.eval(), in_place=in_place)
     quantized, skipped = 0, sum(1 for m in module.modules() if isinstance(m, nn.Linear))
     embeddings = 0
     convs = count_convs(module)
     int8_convs = 0
     if quant == "8da4w":
-        module, quantized, skipped = quantize_8da4w(module)
+        # the rewrite above already copied the module unless in_place
+        module, quantized, skipped = quantize_8da4w(module, in_place=True)
         module, embeddings = quantize_embeddings_int8(module)
         if convs and calibration:
             module = quantize_convs_int8(module, stage.example_inputs, calibration)

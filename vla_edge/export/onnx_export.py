@@ -2,6 +2,8 @@
 
 Shapes are static (the manifest fixes them); the program is checked with
 ``onnx.checker`` and its real inputs and outputs are read back for the manifest.
+A program whose weights exceed protobuf's 2 GB keeps them in ``<file>.data``
+beside it (``external_data`` in its entry); ONNX Runtime reads them from there.
 """
 
 from __future__ import annotations
@@ -40,10 +42,22 @@ def export_stage_onnx(stage: StageProgram, path: Path, quiet: bool = True) -> di
         program.save(str(path))
     import onnx
 
-    model = onnx.load(str(path))
-    onnx.checker.check_model(model)
-    return {
+    # by path: a program over 2 GB keeps its weights in <file>.data beside it
+    onnx.checker.check_model(str(path))
+    model = onnx.load(str(path), load_external_data=False)
+    details: dict[str, Any] = {
         "exporter": "torch.onnx.dynamo",
         "opset": ONNX_OPSET,
         "nodes": len(model.graph.node),
     }
+    data = sorted(
+        {
+            entry.value
+            for tensor in model.graph.initializer
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+    )
+    if data:
+        details["external_data"] = data
+    return details

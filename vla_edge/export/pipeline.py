@@ -127,17 +127,43 @@ def _run_program(backend: str, path: Path, inputs: tuple[torch.Tensor, ...]) -> 
     return _as_outputs(module.forward([t.contiguous() for t in inputs]))
 
 
+def _check_program(stage: StageProgram, backend: str, path: Path) -> float:
+    """Largest ``|program - torch module|`` over every output on the example inputs."""
+    with torch.inference_mode():
+        reference = _as_outputs(stage.module(*stage.example_inputs))
+    got = _run_program(backend, path, stage.example_inputs)
+    if len(got) != len(reference):
+        raise ConfigError(
+            f"stage {stage.name}: program {path.name} has {len(got)} outputs, the torch module "
+            f"{len(reference)}"
+        )
+    return max(
+        float(np.max(np.abs(g.astype(np.float64) - r))) if r.size else 0.0
+        for g, r in zip(got, reference, strict=True)
+    )
+
+
 def export_stage(
     stage: StageProgram,
     backend: str,
     quant: str,
     out_dir: Path,
     calibration: list[tuple[torch.Tensor, ...]] | None = None,
+    *,
+    check: bool = True,
+    in_place: bool = False,
 ) -> dict[str, Any]:
     """Write one stage's program and return its manifest entry.
 
     The program is run once on the example inputs and its largest absolute
     difference from the torch module over every output is ``check_max_abs``.
+
+    Args:
+        check: ``False`` skips that run (``check_max_abs`` is ``None``): a caller
+            that cannot hold the module and the loaded program in memory together
+            (a full-size VLA stage) measures parity in another process.
+        in_place: ExecuTorch: rewrite and quantise ``stage.module`` itself instead
+            of a copy (half the memory; the module is unusable afterwards).
     """
     path = out_dir / f"{stage.name}{STAGE_SUFFIX[backend]}"
     t0 = time.perf_counter()
@@ -148,31 +174,21 @@ def export_stage(
     else:
         from vla_edge.export.executorch_export import export_stage_executorch
 
-        details = export_stage_executorch(stage, path, quant, calibration)
+        details = export_stage_executorch(stage, path, quant, calibration, in_place=in_place)
     export_s = time.perf_counter() - t0
-    with torch.inference_mode():
-        reference = _as_outputs(stage.module(*stage.example_inputs))
-    got = _run_program(backend, path, stage.example_inputs)
-    if len(got) != len(reference):
-        raise ConfigError(
-            f"stage {stage.name}: program {path.name} has {len(got)} outputs, the torch module "
-            f"{len(reference)}"
-        )
-    check = max(
-        float(np.max(np.abs(g.astype(np.float64) - r))) if r.size else 0.0
-        for g, r in zip(got, reference, strict=True)
-    )
+    max_abs = _check_program(stage, backend, path) if check else None
     return {
         "file": path.name,
         "backend": backend,
         "quant": quant,
-        "bytes": path.stat().st_size,
+        "bytes": path.stat().st_size
+        + sum((out_dir / name).stat().st_size for name in details.get("external_data", [])),
         "sha256": file_sha256(path),
         "rate": stage.rate,
         "inputs": [t.to_dict() for t in stage.inputs],
         "outputs": [t.to_dict() for t in stage.outputs],
         "export_s": round(export_s, 2),
-        "check_max_abs": check,
+        "check_max_abs": max_abs,
         **details,
     }
 

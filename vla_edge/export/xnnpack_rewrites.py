@@ -110,9 +110,11 @@ class XnnpackAttention(nn.Module):
         return self.attend(x, k, v)
 
 
-def rewrite_for_xnnpack(module: nn.Module) -> tuple[nn.Module, dict[str, int]]:
-    """A copy of ``module`` with norms and attention rewritten; and how many of each."""
-    rewritten = copy.deepcopy(module)
+def rewrite_for_xnnpack(
+    module: nn.Module, in_place: bool = False
+) -> tuple[nn.Module, dict[str, int]]:
+    """``module`` with norms and attention rewritten (a copy unless ``in_place``); the counts."""
+    rewritten = module if in_place else copy.deepcopy(module)
     counts = {"norms": 0, "attention": 0}
     for parent in list(rewritten.modules()):
         for name, child in list(parent.named_children()):

@@ -1,0 +1,108 @@
+"""``vla-edge bench latency --arch`` / ``bench parity --arch``: random-weight models, FLOPs,
+the memory watchdog, and one small run through eager torch and ONNX."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from vla_edge.bench import arch_latency, arch_models
+from vla_edge.core.errors import ConfigError
+
+
+def test_stage_flops_scale_with_the_cameras_and_need_no_weights() -> None:
+    one = arch_models.stage_flops("pi0", "small", 1)
+    three = arch_models.stage_flops("pi0", "small", 3)
+    assert three["vision_encoder"] == 3 * one["vision_encoder"] > 0  # SigLIP per slot
+    assert three["fusion"] > one["fusion"] > 0  # a longer prefix
+    assert three["action_head"] > one["action_head"] > 0  # attends to it
+
+
+def test_full_size_flops_match_the_published_sizes() -> None:
+    """π0 with three 224² images: Gemma 2B over 816 prefix tokens is about 3.2 TFLOP."""
+    flops = arch_models.stage_flops("pi0", "full", 3)
+    assert 3.0e12 < flops["fusion"] < 3.4e12
+    # SigLIP So400m/14: about 0.4 B parameters over 256 patches, per image
+    assert 0.6e12 < flops["vision_encoder"] < 0.7e12
+
+
+def test_random_models_are_the_same_in_every_process_and_thread_count() -> None:
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        a = arch_models.random_model("pi05", "small", 2, seed=3)
+        torch.set_num_threads(2)
+        b = arch_models.random_model("pi05", "small", 2, seed=3)
+    finally:
+        torch.set_num_threads(before)
+    c = arch_models.random_model("pi05", "small", 2, seed=4)
+    for (name, x), y, _z in zip(
+        a.state_dict().items(), b.state_dict().values(), c.state_dict().values(), strict=True
+    ):
+        assert torch.equal(x, y), name
+        assert torch.isfinite(x).all(), name
+    weights = [k for k, v in a.state_dict().items() if v.dim() == 2]
+    assert any(not torch.equal(a.state_dict()[k], c.state_dict()[k]) for k in weights)
+
+
+def test_a_stage_shrinks_by_its_layers_only() -> None:
+    full = arch_models.model_config("pi0", "full", 1)
+    fusion = arch_models.model_config("pi0", "full", 1, "fusion", 9)
+    assert fusion.paligemma.depth == fusion.expert.depth == 9
+    assert fusion.vision.depth == full.vision.depth
+    vision = arch_models.model_config("pi0", "full", 1, "vision_encoder", 13)
+    assert vision.vision.depth == 13 and vision.paligemma.depth == full.paligemma.depth
+    with pytest.raises(ConfigError, match="only pi0"):
+        arch_models.model_config("smolvla", "small", 1, "fusion", 1)
+    with pytest.raises(ConfigError, match="image slots"):
+        arch_models.model_config("pi0", "small", 4)
+    with pytest.raises(ConfigError, match="arch"):
+        arch_models.model_config("gr00t", "small", 1)
+
+
+def test_the_watchdog_stops_a_worker_before_the_machine_runs_out(tmp_path, monkeypatch) -> None:
+    # a floor above what the machine has: the first poll finds it "running out"
+    monkeypatch.setattr(arch_latency, "MEMORY_FLOOR_MB", 1e12)
+    code = "import time; print('step: lowering', flush=True); time.sleep(60)"
+    child = arch_latency.Child([sys.executable, "-c", code], 1, tmp_path / "log.txt")
+    ran = child.wait(timeout_s=30.0)
+    assert ran["stopped"] == "out_of_memory"
+    assert ran["result"] is None
+    assert ran["wall_s"] < 30.0
+
+
+def test_a_worker_that_finishes_reports_its_last_json_line(tmp_path) -> None:
+    code = "import json; print('step: a', flush=True); print(json.dumps({'x': 1}))"
+    ran = arch_latency.Child([sys.executable, "-c", code], 1, tmp_path / "log.txt").wait(30.0)
+    assert ran == {**ran, "rc": 0, "stopped": None, "step": "a", "result": {"x": 1}}
+
+
+@pytest.mark.slow
+def test_a_small_pi0_through_eager_torch_and_onnx(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "vla_edge.cli", "bench", "latency", "--arch", "pi0", "--size",
+        "small", "--cameras", "1", "--threads", "1", "--backend", "torch,onnx", "--runs", "2",
+        "--json", str(out), "--work-dir", str(tmp_path / "work"),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, timeout=900)
+    report = json.loads(out.read_text())
+    model = report["models"]["pi0_small_1cam"]
+    assert set(model["flops"]) == {"vision_encoder", "fusion", "action_head"}
+    rows = {r["backend"]: r for r in model["results"]}
+    assert set(rows) == {"torch", "onnx"}
+    for row in rows.values():
+        assert row["ok"] and row["runs"] == 2
+        assert set(row["stages"]) == set(model["flops"])
+        assert row["end_to_end"]["p50_ms"] > 0 and row["peak_rss_mb"] > 0
+        assert row["achieved"]["fusion"]["gflops"] > 0
+    assert rows["onnx"]["parity"]["rms_pct_of_range_max"] <= 0.1
+    export = model["exports"]["onnx_fp32"]
+    assert export["complete"] and export["bytes"] > 0
+    assert rows["torch"]["gemm_peak_gflops"] > 0
+    (row,) = report["summary"]["vs_torch"]
+    assert row["variant"] == "onnx_fp32" and row["speed_vs_torch"] > 0

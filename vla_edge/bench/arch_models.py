@@ -1,0 +1,239 @@
+"""Random-weight models of the imported architectures for the benchmarks, at any size.
+
+Timing does not depend on the weight values, so ``vla-edge bench latency --arch`` and
+``vla-edge bench parity --arch`` build each architecture from its config with seeded
+random weights (the same seed gives the same weights in every process, so programs
+exported in one process are compared with eager torch in another):
+
+* :func:`model_config`: the ``full`` or ``small`` size with the first ``cameras`` image
+  slots (a checkpoint fine-tuned for one camera has one slot; openpi's three-slot
+  checkpoints run a black, masked image through the vision encoder for each missing one);
+* :func:`random_model`: built without the default initialisers (a 3.3 B-parameter
+  model's kaiming draws take minutes), then every weight ~ N(0, 0.02²), biases 0,
+  layer norms 1 / 0, as transformers initialises these blocks;
+* :func:`bench_inputs`: each stage's host inputs with every slot present;
+* :func:`stage_flops`: each stage's FLOPs, counted on fake tensors (no memory);
+* :func:`gemm_peak_gflops`: this CPU's fp32 GEMM throughput, the yardstick of the
+  achieved GFLOP/s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from vla_edge.core.errors import ConfigError
+
+ARCHS = ("pi0", "pi05", "smolvla")
+SIZES = ("full", "small")
+INIT_STD = 0.02
+"""transformers' ``initializer_range`` for these blocks."""
+GEMM_SIZE = 2048
+"""Side of the square fp32 matrices whose product measures the GEMM peak."""
+
+
+DEPTH_FIELDS = {
+    "vision_encoder": ("vision",),
+    "fusion": ("paligemma", "expert"),
+    "action_head": ("paligemma", "expert"),
+}
+"""π0's layer counts that shrink one stage (the expert's depth equals the language
+model's: it reads the per-layer cache)."""
+
+
+def model_config(
+    arch: str, size: str, cameras: int, stage: str | None = None, depth: int | None = None
+) -> Any:
+    """The config of ``arch`` at ``size`` with its first ``cameras`` image slots.
+
+    ``depth``: π0 / π0.5 with ``stage``'s blocks cut to that many layers (the
+    largest size of a stage that fits in memory).
+
+    Raises:
+        ConfigError: an unknown architecture or size, or more cameras than slots.
+    """
+    config = _model_config(arch, size, cameras)
+    if depth is None:
+        return config
+    if arch == "smolvla" or stage not in DEPTH_FIELDS:
+        raise ConfigError(f"depth = {depth}: only pi0 / pi05 stages {tuple(DEPTH_FIELDS)}")
+    data = config.model_dump()
+    for part in DEPTH_FIELDS[stage]:
+        data[part] = {**data[part], "depth": int(depth)}
+    return type(config)(**data)
+
+
+def _model_config(arch: str, size: str, cameras: int) -> Any:
+    if arch not in ARCHS:
+        raise ConfigError(f"arch = {arch!r}, expected one of {ARCHS}")
+    if size not in SIZES:
+        raise ConfigError(f"size = {size!r}, expected one of {SIZES}")
+    if arch == "smolvla":
+        from vla_edge.archs.smolvla.config import IMAGE_SLOTS, SmolVLAConfig
+
+        build = SmolVLAConfig.full if size == "full" else SmolVLAConfig.tiny
+        slots = IMAGE_SLOTS
+    else:
+        from vla_edge.archs.pi0.config import IMAGE_SLOTS, Pi0Config
+
+        pi05 = arch == "pi05"
+        if size == "full":
+            build = Pi0Config.full_pi05 if pi05 else Pi0Config.full_pi0
+        else:
+
+            def build(**overrides: Any) -> Any:
+                return Pi0Config.tiny(pi05=pi05, **overrides)
+
+        slots = IMAGE_SLOTS
+    if not 1 <= cameras <= len(slots):
+        raise ConfigError(f"cameras = {cameras}: {arch} has {len(slots)} image slots")
+    return build(image_slots=tuple(slots[:cameras]))
+
+
+def model_class(arch: str) -> type[nn.Module]:
+    """The torch model class of ``arch``."""
+    if arch == "smolvla":
+        from vla_edge.archs.smolvla.model import SmolVLAModel
+
+        return SmolVLAModel
+    from vla_edge.archs.pi0.model import Pi0Model
+
+    return Pi0Model
+
+
+def build_stages(arch: str, model: nn.Module) -> Any:
+    """The architecture's three stages (sharing ``model``'s parameters)."""
+    if arch == "smolvla":
+        from vla_edge.archs.smolvla.stages import build_stages as smolvla_stages
+
+        return smolvla_stages(model)
+    from vla_edge.archs.pi0.stages import build_stages as pi0_stages
+
+    return pi0_stages(model)
+
+
+_INITIALISED = (nn.Linear, nn.Embedding, nn.Conv2d, nn.LayerNorm)
+
+
+@contextlib.contextmanager
+def without_default_init() -> Iterator[None]:
+    """Modules built inside get their memory but not their default initialisers' draws."""
+    from transformers.initialization import no_init_weights
+
+    saved = {cls: cls.reset_parameters for cls in _INITIALISED}
+    for cls in _INITIALISED:
+        cls.reset_parameters = lambda self: None  # type: ignore[method-assign]
+    try:
+        with no_init_weights():
+            yield
+    finally:
+        for cls, method in saved.items():
+            cls.reset_parameters = method  # type: ignore[method-assign]
+
+
+@torch.no_grad()
+def randomise(model: nn.Module, seed: int, std: float = INIT_STD) -> nn.Module:
+    """Every weight of ``model`` ~ N(0, std²), biases 0, layer norms 1 / 0 (in place)."""
+    gen = torch.Generator().manual_seed(int(seed))
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm):
+            if module.weight is not None:
+                module.weight.fill_(1.0)
+            if module.bias is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.Linear | nn.Embedding | nn.Conv2d):
+            module.weight.normal_(0.0, std, generator=gen)
+            bias = getattr(module, "bias", None)
+            if bias is not None:
+                bias.zero_()
+    return model
+
+
+def random_model(
+    arch: str,
+    size: str,
+    cameras: int,
+    seed: int = 0,
+    stage: str | None = None,
+    depth: int | None = None,
+) -> nn.Module:
+    """``arch`` at ``size`` with seeded random weights, in eval mode (see :func:`model_config`)."""
+    config = model_config(arch, size, cameras, stage, depth)
+    with without_default_init():
+        model = model_class(arch)(config)
+    return randomise(model, seed).eval()
+
+
+def meta_stages(arch: str, size: str, cameras: int) -> Any:
+    """``arch``'s stages on the meta device: their declarations and example inputs, no weights."""
+    config = model_config(arch, size, cameras)
+    with torch.device("meta"), without_default_init():
+        model = model_class(arch)(config).eval()
+    return build_stages(arch, model)
+
+
+def bench_inputs(stages: Any, seed: int) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Each stage's example inputs (seeded) with every image slot present."""
+    examples = stages.example_inputs(seed)
+    names = {stage: [t.name for t in specs] for stage, specs in stages.inputs().items()}
+    out: dict[str, tuple[torch.Tensor, ...]] = {}
+    for stage, values in examples.items():
+        fixed = list(values)
+        if "image_mask" in names[stage]:
+            fixed[names[stage].index("image_mask")] = torch.ones_like(
+                values[names[stage].index("image_mask")]
+            )
+        out[stage] = tuple(fixed)
+    return out
+
+
+def host_sources(stages: Any) -> dict[str, dict[str, str]]:
+    """Each stage's inputs: name -> source (``host:...`` or ``stage:<stage>.<output>``)."""
+    return {stage: {t.name: t.source for t in specs} for stage, specs in stages.inputs().items()}
+
+
+def stage_flops(arch: str, size: str, cameras: int) -> dict[str, int]:
+    """Floating-point operations of one call of each stage (a multiply-add counts 2).
+
+    Counted with ``torch.utils.flop_counter`` on fake tensors (shapes only, no memory):
+    matrix products, convolutions and attention; element-wise operations are not counted.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    flops: dict[str, int] = {}
+    with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
+        config = model_config(arch, size, cameras)
+        with without_default_init():
+            model = model_class(arch)(config).eval()
+        stages = build_stages(arch, model)
+        inputs = bench_inputs(stages, 0)
+        for name, module in stages.modules().items():
+            counter = FlopCounterMode(display=False)
+            with counter:
+                module(*inputs[name])
+            flops[name] = int(counter.get_total_flops())
+    return flops
+
+
+def gemm_peak_gflops(threads: int, size: int = GEMM_SIZE, repeats: int = 5) -> float:
+    """Best fp32 ``torch.mm`` throughput of ``size``² matrices on ``threads`` threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        a = torch.randn(size, size)
+        b = torch.randn(size, size)
+        torch.mm(a, b)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(before)
+    return 2.0 * size**3 / best / 1e9
