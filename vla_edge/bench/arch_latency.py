@@ -66,6 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --arch: keep the programs after timing them (full size: up to 13 GB each)",
     )
     parser.add_argument(
+        "--variants",
+        default=",".join(f"{b}_{q}" for b, q in VARIANTS),
+        help="with --arch: the exports to time, in this order",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --arch: keep the rows the JSON already holds and measure the rest",
+    )
+    parser.add_argument(
         "--no-fit-search",
         action="store_true",
         help="with --arch: do not look for the largest size of a stage that ran out of memory",
@@ -182,9 +192,17 @@ def _log_tail(path: Path, chars: int = 1500) -> str:
 
 # ---------------------------------------------------------------- steps
 def export_variant(
-    args: argparse.Namespace, cameras: int, backend: str, quant: str, folder: Path
+    args: argparse.Namespace,
+    cameras: int,
+    backend: str,
+    quant: str,
+    folder: Path,
+    on_stage: Any = None,
 ) -> dict[str, Any]:
-    """Export the three stages of one variant, one process each; what each cost or why not."""
+    """Export the three stages of one variant, one process each; what each cost or why not.
+
+    ``on_stage(stages)`` after each stage (a run stopped mid-variant keeps the stages done).
+    """
     stages: dict[str, Any] = {}
     for stage in STAGE_ORDER:
         entry_path = folder / f"{stage}.entry.json"
@@ -215,6 +233,8 @@ def export_variant(
                 "wall_s": ran["wall_s"],
             }
             print(f"    {ran['wall_s']} s, peak {ran['peak_rss_mb']:.0f} MiB", flush=True)
+            if on_stage is not None:
+                on_stage(stages)
             continue
         failure = {
             "ok": False,
@@ -232,6 +252,8 @@ def export_variant(
         if ran["stopped"] == "out_of_memory" and not args.no_fit_search:
             failure["largest_that_fits"] = fit_search(args, cameras, backend, quant, stage, folder)
         stages[stage] = failure
+        if on_stage is not None:
+            on_stage(stages)
     ok = all(s["ok"] for s in stages.values())
     total = sum(int(s["entry"]["bytes"]) for s in stages.values() if s["ok"])
     return {"complete": ok, "stages": stages, "bytes": total if ok else None}
@@ -365,8 +387,14 @@ def stage_param_bytes(arch: str, size: str, cameras: int) -> dict[str, int]:
     }
 
 
-def run_model(args: argparse.Namespace, cameras: int, save: Any) -> dict[str, Any]:
-    """Every measurement of one camera count; ``save(entry)`` after each step."""
+def run_model(
+    args: argparse.Namespace, cameras: int, save: Any, previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Every measurement of one camera count; ``save(entry)`` after each step.
+
+    ``previous``: this model's entry of an earlier run (``--resume``); its successful
+    rows are kept and not measured again, nor are the exports they timed.
+    """
     from vla_edge.bench.arch_models import stage_flops
 
     folder = args.work_dir / f"{args.arch}_{args.size}_{cameras}cam"
@@ -379,10 +407,17 @@ def run_model(args: argparse.Namespace, cameras: int, save: Any) -> dict[str, An
         "exports": {},
         "results": [],
     }
+    previous = previous or {}
+    done = {
+        (r["backend"], r["quant"], r["threads"]): r for r in previous.get("results", []) if r["ok"]
+    }
     reference_path = folder / "reference_actions.npy"
     reference = None
     if "torch" in args.backends:
         for i, threads in enumerate(args.thread_counts):
+            if ("torch", "fp32", threads) in done and reference_path.is_file():
+                entry["results"].append(done["torch", "fp32", threads])
+                continue
             res = measure(args, cameras, threads, folder, None, reference_path if i == 0 else None)
             res.update(backend="torch", quant="fp32", threads=threads)
             if res["ok"]:
@@ -391,13 +426,24 @@ def run_model(args: argparse.Namespace, cameras: int, save: Any) -> dict[str, An
             save(entry)
         if reference_path.is_file():
             reference = np.load(reference_path)
-    for backend, quant in VARIANTS:
+    for backend, quant in args.variant_order:
         if backend not in args.backends:
             continue
         name = f"{backend}_{quant}"
+        kept = [done.get((backend, quant, t)) for t in args.thread_counts]
+        if all(kept) and name in previous.get("exports", {}):
+            entry["exports"][name] = previous["exports"][name]
+            entry["results"] += kept
+            save(entry)
+            continue
         export_dir = folder / name
         export_dir.mkdir(parents=True, exist_ok=True)
-        exported = export_variant(args, cameras, backend, quant, export_dir)
+
+        def partial(stages: dict[str, Any], name: str = name) -> None:
+            entry["exports"][name] = {"complete": False, "stages": stages, "bytes": None}
+            save(entry)
+
+        exported = export_variant(args, cameras, backend, quant, export_dir, partial)
         entry["exports"][name] = exported
         save(entry)
         if not exported["complete"]:
@@ -472,6 +518,19 @@ def run(args: argparse.Namespace, parity_only: bool = False) -> int:
         args.runs = 3 if args.runs is None else args.runs
         args.warmup = 1 if args.warmup is None else args.warmup
     args.work_dir = Path(args.work_dir) / "arch"
+    names = {f"{b}_{q}": (b, q) for b, q in VARIANTS}
+    wanted = [v.strip() for v in str(args.variants).split(",") if v.strip()]
+    unknown = [v for v in wanted if v not in names]
+    if unknown:
+        print(
+            f"vla-edge bench: --variants {unknown[0]}: expected some of {list(names)}",
+            file=sys.stderr,
+        )
+        return 2
+    args.variant_order = [names[v] for v in wanted]
+    previous: dict[str, Any] = {}
+    if args.resume and args.json.is_file():
+        previous = json.loads(args.json.read_text()).get("models", {})
     load_before = os.getloadavg()
     cameras = [int(c) for c in str(args.cameras).split(",")]
     models: dict[str, Any] = {}
@@ -507,7 +566,7 @@ def run(args: argparse.Namespace, parity_only: bool = False) -> int:
     try:
         for count in cameras:
             key = f"{args.arch}_{args.size}_{count}cam"
-            run_model(args, count, lambda entry, key=key: save(key, entry))
+            run_model(args, count, lambda entry, key=key: save(key, entry), previous.get(key))
     except VlaEdgeError as exc:
         print(f"vla-edge bench: {exc}", file=sys.stderr)
         return 2

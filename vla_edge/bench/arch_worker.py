@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -168,6 +169,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from vla_edge.bench.arch_models import gemm_peak_gflops
 
     gemm_peak = gemm_peak_gflops(int(args.threads))
+    load_before = os.getloadavg()[0]
     step("timed runs")
     for i in range(args.warmup):
         _chain(run_stage, sources, outputs, cases[i % len(cases)])
@@ -192,6 +194,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "warmup": args.warmup,
         "gemm_peak_gflops": round(gemm_peak, 1),
+        # the machine's 1-minute load around the timed runs (other work on the cores)
+        "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
 
 
