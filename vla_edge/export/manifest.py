@@ -17,10 +17,11 @@ own tensors, so one runner per backend runs any architecture::
      "output": "action_head.actions_norm",
      "host": {"images": {"shape", "dtype", "slots": [{"name", "camera"}],
                          "pixel_range": [0.0, 1.0] | [-1.0, 1.0],
-                         "resize": "stretch" | "pad"},
+                         "resize": "stretch" | "pad" | "pad_top_left",
+                         "resample": ...},   # optional, see RESAMPLE_MODES
               "image_mask", "state", "noise", "prefix_actions", "prefix_mask": {"shape", "dtype"},
               "token_ids": {"shape", "dtype", "tokenizer": {"kind", "file", "sha256"},
-                            "prompt": "instruction" | "pi0" | "pi05_state"},
+                            "prompt": "instruction" | "pi0" | "pi05_state" | "smolvla"},
               "token_mask": {"shape", "dtype": "int64" | "float32"}},
      "normalisation": {"kind": "mean_std" | "quantile", "epsilon",
                        "state": {...}, "actions": {...}, "delta_actions": [...]},
@@ -53,7 +54,11 @@ the joint positions.
 ``wordpiece`` tokenizer, the default), or openpi's PaliGemma prompts for a
 ``sentencepiece`` tokenizer: ``pi0`` (BOS, the cleaned instruction, then
 ``"\n"``) and ``pi05_state`` (``"Task: ..., State: <bins>;\nAction: "``, the
-normalised state discretised into 256 bins). A prompt that holds the state
+normalised state discretised into 256 bins), or LeRobot SmolVLA's for a
+``huggingface`` tokenizer: ``smolvla`` (the instruction and ``"\n"``, right-padded
+with the tokenizer's pad token). A ``huggingface`` tokenizer's ``file`` is a
+directory beside the programs holding ``tokenizer.json``; its ``files`` map each
+file in it to its sha256. A prompt that holds the state
 (:data:`STATE_PROMPTS`) makes the token ids a per-observation host input: no
 ``per_instruction`` stage may read them, and a runner does not cache them.
 
@@ -99,11 +104,25 @@ HOST_INPUTS = (
 INSTRUCTION_INPUTS = ("token_ids", "token_mask")
 """Host inputs that depend on the instruction only (a ``per_instruction`` stage may read them)."""
 PIXEL_RANGES = ((0.0, 1.0), (-1.0, 1.0))
-RESIZE_MODES = ("stretch", "pad")
-TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
+RESIZE_MODES = ("stretch", "pad", "pad_top_left")
+"""``stretch``: images arrive at the model's size; ``pad``: openpi's ``resize_with_pad``
+(aspect kept, centred on black); ``pad_top_left``: LeRobot SmolVLA's (aspect kept, torch
+bilinear on [0, 1] floats, zeros on the left and top); see :mod:`vla_edge.runners.image_resize`."""
+RESAMPLE_MODES = {"stretch": (), "pad": ("pil_bilinear",), "pad_top_left": ("bilinear",)}
+"""The filter each resize mode uses, which ``host.images.resample`` may state (optional):
+``pil_bilinear`` (PIL's antialiased bilinear, openpi), ``bilinear`` (torch's
+``interpolate(mode="bilinear", align_corners=False)``, no antialiasing)."""
+TOKENIZER_KINDS = ("wordpiece", "sentencepiece", "huggingface")
 """Tokenizers the runners read (``wordpiece``: a ``tokenizers`` ``tokenizer.json``;
-``sentencepiece``: a SentencePiece model, PaliGemma's for π0 / π0.5)."""
-PROMPT_FORMATS = {"wordpiece": ("instruction",), "sentencepiece": ("pi0", "pi05_state")}
+``sentencepiece``: a SentencePiece model, PaliGemma's for π0 / π0.5; ``huggingface``: a
+tokenizer directory, SmolVLM2's for SmolVLA)."""
+HF_TOKENIZER_JSON = "tokenizer.json"
+"""The file a ``huggingface`` tokenizer directory must hold."""
+PROMPT_FORMATS = {
+    "wordpiece": ("instruction",),
+    "sentencepiece": ("pi0", "pi05_state"),
+    "huggingface": ("smolvla",),
+}
 """The prompts each tokenizer kind encodes (``host.token_ids.prompt``)."""
 STATE_PROMPTS = ("pi05_state",)
 """Prompts that hold the normalised state: their token ids change with every observation."""
@@ -203,7 +222,7 @@ class Manifest:
 
     @property
     def tokenizer_path(self) -> Path | None:
-        """Path of the tokenizer file copied beside the programs."""
+        """Path of the tokenizer file copied beside the programs (``huggingface``: directory)."""
         tok = self.tokenizer
         return None if tok is None else self.directory / tok["file"]
 
@@ -455,6 +474,13 @@ def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[st
     pixel_range = tuple(float(v) for v in images.get("pixel_range", ()))
     _check_choice(where, "host.images.pixel_range", pixel_range, PIXEL_RANGES)
     _check_choice(where, "host.images.resize", images.get("resize"), RESIZE_MODES)
+    if "resample" in images:
+        _check_choice(
+            where,
+            "host.images.resample",
+            images["resample"],
+            RESAMPLE_MODES[images["resize"]],
+        )
     if "image_mask" in host:
         _expect_shape(
             where, "host.image_mask", host["image_mask"], (len(slots),), "float32",
@@ -482,7 +508,21 @@ def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[st
             )
         _check_choice(where, "host.token_ids.tokenizer.kind", tok.get("kind"), TOKENIZER_KINDS)
         file = tok.get("file")
-        if not isinstance(file, str) or not (directory / file).is_file():
+        if tok["kind"] == "huggingface":
+            if not isinstance(file, str) or not (directory / file / HF_TOKENIZER_JSON).is_file():
+                raise ManifestMismatchError(
+                    f"{where}: field host.token_ids.tokenizer.file = {file!r}: no tokenizer "
+                    f"directory with {HF_TOKENIZER_JSON} in {directory}"
+                )
+            files = tok.get("files", {})
+            if not isinstance(files, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+            ):
+                raise ManifestMismatchError(
+                    f"{where}: field host.token_ids.tokenizer.files = {files!r}, expected "
+                    "{file name: sha256}"
+                )
+        elif not isinstance(file, str) or not (directory / file).is_file():
             raise ManifestMismatchError(
                 f"{where}: field host.token_ids.tokenizer.file = {file!r}: no such file in "
                 f"{directory}"
@@ -723,10 +763,22 @@ def check_program_io(
 def check_tokenizer(manifest: Manifest) -> None:
     """Refuse a tokenizer file whose sha256 differs from the manifest's.
 
+    A ``huggingface`` tokenizer directory: each file its ``files`` lists.
+
     Raises:
-        ManifestMismatchError: naming ``host.token_ids.tokenizer.sha256``.
+        ManifestMismatchError: naming ``host.token_ids.tokenizer.sha256`` (or ``.files.<name>``).
     """
     tok, path = manifest.tokenizer, manifest.tokenizer_path
+    if tok is not None and path is not None and path.is_dir():
+        for name, expected in sorted(tok.get("files", {}).items()):
+            found = file_sha256(path / name) if (path / name).is_file() else "no such file"
+            if found != expected:
+                raise ManifestMismatchError(
+                    f"field host.token_ids.tokenizer.files.{name} = {expected!r} in "
+                    f"{manifest.directory / MANIFEST_NAME}, but {path.name}/{name} hashes to "
+                    f"{found!r}"
+                )
+        return
     if tok is None or path is None or "sha256" not in tok:
         return
     actual = file_sha256(path)

@@ -72,6 +72,7 @@ from vla_edge.export.manifest import (
     load_manifest,
 )
 from vla_edge.runners.base import RunnerSpec, cache_put
+from vla_edge.runners.image_resize import FIT_MODES
 from vla_edge.runners.preprocess import (
     check_prefix,
     decode_chunk,
@@ -211,7 +212,7 @@ class ExportedRunner:
             image_width=int(m["image_width"]),
             supports_prefix="prefix_actions" in self.manifest.host and self.action_adapter is None,
             model_action_dim=int(m["action_dim"]),
-            fits_images=m["host"]["images"]["resize"] == "pad",
+            fits_images=m["host"]["images"]["resize"] in FIT_MODES,
         )
         if expected is not None:
             check_expected_spec(self.manifest, expected)
@@ -257,11 +258,12 @@ class ExportedRunner:
 
     @property
     def image_resize(self) -> str:
-        """How the model's images are fitted: ``stretch`` or ``pad`` (openpi's resize_with_pad).
+        """How the model's images are fitted: ``stretch``, ``pad`` or ``pad_top_left``.
 
-        ``pad``: images of any size are resized here. ``stretch``: observations
-        must arrive at the model's size; a caller that receives other sizes (the
-        openpi-protocol server) resizes them first.
+        ``pad`` (openpi's resize_with_pad) / ``pad_top_left`` (LeRobot SmolVLA's):
+        images of any size are resized here.
+        ``stretch``: observations must arrive at the model's size; a caller that
+        receives other sizes (the openpi-protocol server) resizes them first.
         """
         return str(self.manifest.data["host"]["images"]["resize"])
 

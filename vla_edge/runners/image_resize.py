@@ -20,6 +20,22 @@ would.
 
 Departure from openpi, named here once: an image so elongated that a scaled
 side would round to 0 px (where PIL raises) keeps 1 px on that side.
+
+LeRobot's SmolVLA fits images differently (``resize_with_pad`` in
+``src/lerobot/policies/smolvla/modeling_smolvla.py``), on float images in
+[0, 1] (``uint8 / 255``) rather than uint8:
+
+1. the same scale, ``int(h / ratio) x int(w / ratio)`` with
+   ``ratio = max(w / width, h / height)``, but resized with
+   ``torch.nn.functional.interpolate(mode="bilinear", align_corners=False)``:
+   textbook bilinear sampling at ``(dst + 0.5) * in / out - 0.5`` (clamped at
+   0), no antialiasing when shrinking, in float32;
+2. zeros padded on the LEFT and TOP only (the image sits bottom-right), then
+   the caller maps ``x * 2 - 1`` (so the padding becomes -1).
+
+:func:`resize_with_pad_top_left` (a manifest's ``resize: pad_top_left``,
+``resample: bilinear``) does that in numpy; :func:`resample_bilinear_float` is
+the torch resize alone. The 1-px departure above applies to it too.
 """
 
 from __future__ import annotations
@@ -33,6 +49,10 @@ from vla_edge.core.errors import InvalidObservationError
 
 MAX_IMAGE_SIDE_PX = 4096
 """Largest accepted image height or width, source or target."""
+
+FIT_MODES = ("pad", "pad_top_left")
+"""Resize modes with which a runner fits images of any size itself: ``pad`` (openpi's
+:func:`resize_with_pad`), ``pad_top_left`` (LeRobot SmolVLA's, :func:`resize_with_pad_top_left`)."""
 
 _PRECISION_BITS = 22
 """Fixed-point bits of PIL's 8-bit resampling coefficients (32 - 8 - 2)."""
@@ -127,17 +147,8 @@ def padded_geometry(h: int, w: int, height: int, width: int) -> tuple[int, int, 
     return resized_h, resized_w, top, left
 
 
-def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """``uint8 [..., h, w, C]`` -> ``uint8 [..., height, width, C]`` as openpi does.
-
-    Aspect ratio kept, scaled with PIL's bilinear filter, centred on zeros;
-    returned as is when already ``height x width``. Leading axes are a batch.
-
-    Raises:
-        InvalidObservationError: ``image`` is not a uint8 array of at least 3
-            dimensions, or a side (source or target) is outside
-            ``[1, MAX_IMAGE_SIDE_PX]``.
-    """
+def _check_image(image: np.ndarray, height: int, width: int) -> tuple[int, int]:
+    """``(h, w)`` of a ``uint8 [..., h, w, C]`` image, refusing bad images and targets."""
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim < 3:
         shown = (
             f"{image.dtype} {list(image.shape)}"
@@ -150,6 +161,21 @@ def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
         _check_side(name, value)
     for name, value in (("target height", height), ("target width", width)):
         _check_side(name, value)
+    return h, w
+
+
+def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``uint8 [..., h, w, C]`` -> ``uint8 [..., height, width, C]`` as openpi does.
+
+    Aspect ratio kept, scaled with PIL's bilinear filter, centred on zeros;
+    returned as is when already ``height x width``. Leading axes are a batch.
+
+    Raises:
+        InvalidObservationError: ``image`` is not a uint8 array of at least 3
+            dimensions, or a side (source or target) is outside
+            ``[1, MAX_IMAGE_SIDE_PX]``.
+    """
+    h, w = _check_image(image, height, width)
     if (h, w) == (height, width):
         return image
     resized_h, resized_w, top, left = padded_geometry(h, w, height, width)
@@ -158,4 +184,79 @@ def resize_with_pad(image: np.ndarray, height: int, width: int) -> np.ndarray:
     for frame, canvas in zip(frames, out, strict=True):
         resized = resample_bilinear(frame, resized_h, resized_w)
         canvas[top : top + resized_h, left : left + resized_w] = resized
+    return out.reshape(*image.shape[:-3], height, width, image.shape[-1])
+
+
+# ------------------------------------------------------- LeRobot SmolVLA's variant
+
+
+@functools.lru_cache(maxsize=64)
+def _linear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(i0, i1, w0, w1)`` of one axis as torch's bilinear kernel computes them.
+
+    ATen's ``area_pixel_compute_scale`` / ``area_pixel_compute_source_index``
+    (``align_corners=False``, no scale factor given) in float32:
+    ``src = max(in / out * (dst + 0.5) - 0.5, 0)``, ``i0 = floor(src)``,
+    ``i1 = i0 + 1`` except at the last pixel, ``w1 = src - i0``, ``w0 = 1 - w1``;
+    an axis of the same size is copied (``w0 = 1``). The compiled kernel fuses
+    ``scale * (dst + 0.5) - 0.5`` into one multiply-add (one rounding), done
+    here exactly in float64 and rounded once to float32: the weights then
+    equal torch's bit for bit.
+    """
+    dst = np.arange(n_out)
+    if n_in == n_out:
+        taps = (dst, dst, np.ones(n_out, np.float32), np.zeros(n_out, np.float32))
+    else:
+        scale = np.float64(np.float32(n_in) / np.float32(n_out))
+        half = (dst.astype(np.float32) + np.float32(0.5)).astype(np.float64)
+        src = (scale * half - 0.5).astype(np.float32)  # a float32 product is exact in float64
+        src = np.maximum(src, np.float32(0.0))
+        i0 = np.minimum(np.floor(src).astype(np.intp), n_in - 1)
+        w1 = np.clip(src - i0.astype(np.float32), np.float32(0.0), np.float32(1.0))
+        i1 = i0 + (i0 < n_in - 1)
+        taps = (i0, i1, np.float32(1.0) - w1, w1)
+    for array in taps:
+        array.setflags(write=False)
+    return taps
+
+
+def resample_bilinear_float(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``float32 [h, w, C]`` -> ``float32 [height, width, C]`` as torch's bilinear resize.
+
+    ``torch.nn.functional.interpolate(x, size=(height, width), mode="bilinear",
+    align_corners=False)`` (no antialiasing): torch's sampling positions and
+    weights, each output ``(x00 w0 + x01 w1) h0 + (x10 w0 + x11 w1) h1`` in
+    float32. Torch itself picks one of two kernels by thread count and channels
+    (and fuses multiply-adds in them), so the sums can differ from its result
+    in the last bit or two (below 3e-7 on [0, 1] pixels).
+    """
+    image = np.asarray(image, dtype=np.float32)
+    r0, r1, h0, h1 = _linear_taps(image.shape[0], height)
+    c0, c1, w0, w1 = _linear_taps(image.shape[1], width)
+    w0, w1 = w0[None, :, None], w1[None, :, None]
+
+    def across(rows: np.ndarray) -> np.ndarray:
+        return rows[:, c0] * w0 + rows[:, c1] * w1
+
+    return across(image[r0]) * h0[:, None, None] + across(image[r1]) * h1[:, None, None]
+
+
+def resize_with_pad_top_left(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``uint8 [..., h, w, C]`` -> ``float32 [..., height, width, C]`` in [0, 1] as LeRobot SmolVLA.
+
+    ``image / 255`` resized with :func:`resample_bilinear_float` to the aspect-kept
+    size of :func:`padded_geometry`, placed bottom-right on zeros (the padding on
+    the left and the top). Leading axes are a batch.
+
+    Raises:
+        InvalidObservationError: as :func:`resize_with_pad`.
+    """
+    h, w = _check_image(image, height, width)
+    resized_h, resized_w, _, _ = padded_geometry(h, w, height, width)
+    top, left = height - resized_h, width - resized_w
+    frames = image.reshape(-1, h, w, image.shape[-1])
+    out = np.zeros((frames.shape[0], height, width, image.shape[-1]), dtype=np.float32)
+    for frame, canvas in zip(frames, out, strict=True):
+        pixels = frame.astype(np.float32) / np.float32(255.0)
+        canvas[top:, left:] = resample_bilinear_float(pixels, resized_h, resized_w)
     return out.reshape(*image.shape[:-3], height, width, image.shape[-1])

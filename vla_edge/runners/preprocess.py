@@ -8,8 +8,9 @@ runners feed their programs the same tensors as the reference:
   the declared pixel range ([0, 1] or [-1, 1]), slots in the model's order, a
   slot without a camera black and masked (:func:`images_input`); with resize
   ``pad`` an image of any size is fitted first with openpi's
-  ``resize_with_pad`` (:mod:`vla_edge.runners.image_resize`), with ``stretch``
-  it must arrive at the model's size;
+  ``resize_with_pad``, with ``pad_top_left`` with LeRobot SmolVLA's
+  (:mod:`vla_edge.runners.image_resize`), with ``stretch`` it must arrive at
+  the model's size;
 * state: ``[A]`` -> normalised ``[1, A]`` float32 (:class:`ActionCodec`);
 * noise: ``[H, A]`` or ``[1, H, A]`` float32, validated (or drawn);
 * executed prefix: ``[>= d, A]`` absolute targets -> normalised ``[1, H, A]``
@@ -32,7 +33,12 @@ from vla_edge.core.errors import InvalidObservationError, NonFiniteChunkError
 from vla_edge.core.types import Observation
 from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec, start_noise
-from vla_edge.runners.image_resize import MAX_IMAGE_SIDE_PX, resize_with_pad
+from vla_edge.runners.image_resize import (
+    FIT_MODES,
+    MAX_IMAGE_SIDE_PX,
+    resize_with_pad,
+    resize_with_pad_top_left,
+)
 
 
 def images_to_nchw(images: dict[Any, np.ndarray], cameras: tuple[Any, ...]) -> np.ndarray:
@@ -63,14 +69,19 @@ def images_input(
         width: the model's image width.
         pixel_range: ``(0, 1)``: ``x / 255``; ``(-1, 1)``: ``x / 255 * 2 - 1``.
         resize: ``pad``: each image goes through openpi's ``resize_with_pad``
-            (untouched at the model's size); ``stretch``: images are already
-            ``height x width``.
+            (untouched at the model's size); ``pad_top_left``: through LeRobot
+            SmolVLA's, on ``x / 255`` floats (``resize_with_pad_top_left``);
+            ``stretch``: images are already ``height x width``.
     """
     black = np.zeros((height, width, 3), dtype=np.uint8)
     frames = [black if camera is None else images[camera] for camera in slots]
-    if resize == "pad":
-        frames = [resize_with_pad(frame, height, width) for frame in frames]
-    nchw = images_to_nchw(dict(enumerate(frames)), tuple(range(len(frames))))
+    if resize == "pad_top_left":
+        fitted = np.stack([resize_with_pad_top_left(frame, height, width) for frame in frames])
+        nchw = np.ascontiguousarray(fitted.transpose(0, 3, 1, 2))
+    else:
+        if resize == "pad":
+            frames = [resize_with_pad(frame, height, width) for frame in frames]
+        nchw = images_to_nchw(dict(enumerate(frames)), tuple(range(len(frames))))
     if tuple(pixel_range) == (-1.0, 1.0):
         nchw = nchw * np.float32(2.0) - np.float32(1.0)
     mask = np.array([camera is not None for camera in slots], dtype=np.float32)
@@ -264,8 +275,8 @@ def validate_observation(obs: Observation, spec: RunnerSpec, resize: str = "stre
 
     Shared by every backend (numpy only, so the ONNX / ExecuTorch runners stay
     free of torch). ``resize``: ``stretch`` wants every image at the spec's
-    size; ``pad`` (the runner fits them) takes any ``[h, w, 3]`` with sides in
-    ``[1, MAX_IMAGE_SIDE_PX]``.
+    size; ``pad`` and ``pad_top_left`` (the runner fits them) take any
+    ``[h, w, 3]`` with sides in ``[1, MAX_IMAGE_SIDE_PX]``.
     """
     if not isinstance(obs.images, dict):
         raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")
@@ -289,7 +300,7 @@ def validate_observation(obs: Observation, spec: RunnerSpec, resize: str = "stre
             )
         if img.dtype != np.uint8:
             raise InvalidObservationError(f"images[{cam!r}] dtype = {img.dtype}, expected uint8")
-        if resize == "pad":
+        if resize in FIT_MODES:
             if img.ndim != 3 or img.shape[2] != 3:
                 raise InvalidObservationError(
                     f"images[{cam!r}] shape = {img.shape}, expected (height, width, 3) RGB"

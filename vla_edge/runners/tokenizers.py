@@ -15,8 +15,27 @@ r"""The tokenizers an export's manifest declares (``host.token_ids``), in numpy 
     (below -1 gives -1, at or above 1 gives 255, as openpi's code does);
   - ids past ``max_len`` are cut (every mask entry true); shorter ones are
     padded with id 0 and mask false.
+* ``huggingface`` / prompt ``smolvla``: LeRobot SmolVLA's prompt
+  (``processor_smolvla.py``'s ``SmolVLANewLineProcessor`` and the
+  ``TokenizerProcessorStep`` it is followed by) through a Hugging Face
+  tokenizer directory copied beside the programs (SmolVLM2's):
 
-The same text is built for the torch side by :mod:`vla_edge.archs.pi0.prompt`;
+  - ``"\n"`` is appended to the instruction unless it already ends with one;
+    nothing else is cleaned;
+  - the tokenizer's own pipeline (special tokens included) with truncation to
+    ``max_len`` (right) and padding on the right with the directory's
+    ``pad_token``, as ``transformers`` sets up its fast tokenizer for
+    ``tokenizer(text, max_length=L, truncation=True, padding=..., padding_side="right")``;
+  - always padded to ``max_len`` (the program's fixed shape) where LeRobot's
+    default ``pad_language_to="longest"`` pads a batch of one not at all: the
+    padded slots are masked out of attention and do not advance the positions
+    (``cumsum(mask) - 1``), so the model's output is the same.
+
+  It reads ``tokenizer.json`` with the ``tokenizers`` library, not
+  ``transformers`` (whose import pulls in torch); the exporter checks the two
+  give the same ids and masks (:mod:`vla_edge.export.smolvla`).
+
+π0's text is built for the torch side by :mod:`vla_edge.archs.pi0.prompt`;
 it is written again here because that package imports torch, which an ONNX
 deployment must not (the tests check the two agree).
 """
@@ -27,6 +46,8 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+
+from vla_edge.core.errors import ManifestMismatchError
 
 STATE_BINS = 256
 
@@ -120,8 +141,91 @@ class WordPiecePromptTokenizer:
         return self._tokenizer.encode(instruction)
 
 
+HF_TOKENIZER_JSON = "tokenizer.json"
+HF_PAD_TOKEN_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+"""Where ``transformers`` finds a tokenizer directory's ``pad_token``, in that order."""
+
+
+def hf_pad_token(directory: str | Path) -> str | None:
+    """``pad_token`` of a Hugging Face tokenizer directory (a string or an AddedToken mapping)."""
+    import json
+
+    for name in HF_PAD_TOKEN_FILES:
+        try:
+            pad = json.loads((Path(directory) / name).read_text()).get("pad_token")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(pad, dict):
+            pad = pad.get("content")
+        if isinstance(pad, str):
+            return pad
+    return None
+
+
+def smolvla_text(instruction: str) -> str:
+    r"""LeRobot's ``SmolVLANewLineProcessor``: the task with ``"\n"`` appended unless it ends so."""
+    return instruction if instruction.endswith("\n") else f"{instruction}\n"
+
+
+class SmolVLAPromptTokenizer:
+    """LeRobot SmolVLA's prompt through a Hugging Face tokenizer directory (module docstring).
+
+    Args:
+        directory: holds ``tokenizer.json`` and ``tokenizer_config.json`` (its ``pad_token``).
+        max_len: token slots of the program (``host.token_ids.shape[1]``).
+        prompt: ``smolvla``.
+
+    Raises:
+        ManifestMismatchError: no ``tokenizer.json``, or no pad token in the directory.
+    """
+
+    per_observation = False
+
+    def __init__(self, directory: str | Path, max_len: int, prompt: str = "smolvla") -> None:
+        from tokenizers import Tokenizer
+
+        if prompt != "smolvla":
+            raise ValueError(f"prompt = {prompt!r}, expected 'smolvla'")
+        directory = Path(directory)
+        path = directory / HF_TOKENIZER_JSON
+        if not path.is_file():
+            raise ManifestMismatchError(
+                f"field host.token_ids.tokenizer.file = {directory.name!r}: no "
+                f"{HF_TOKENIZER_JSON} in {directory}"
+            )
+        self._tokenizer = Tokenizer.from_file(str(path))
+        pad = hf_pad_token(directory)
+        pad_id = None if pad is None else self._tokenizer.token_to_id(pad)
+        if pad_id is None:
+            raise ManifestMismatchError(
+                f"field host.token_ids.tokenizer.file = {directory.name!r}: pad_token = {pad!r} "
+                f"is not a token of {path} (expected in {list(HF_PAD_TOKEN_FILES)})"
+            )
+        self.max_len = int(max_len)
+        self.pad_token, self.pad_id = pad, int(pad_id)
+        self._tokenizer.enable_truncation(max_length=self.max_len, direction="right")
+        self._tokenizer.enable_padding(
+            direction="right", pad_id=self.pad_id, pad_token=pad, length=self.max_len
+        )
+
+    def encode(
+        self, instruction: str, state_norm: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        r"""Ids ``[1, L]`` int64 and mask ``[1, L]`` bool of ``instruction + "\n"``."""
+        del state_norm
+        encoding = self._tokenizer.encode(smolvla_text(instruction))
+        ids = np.asarray(encoding.ids, dtype=np.int64)[None]
+        mask = np.asarray(encoding.attention_mask, dtype=bool)[None]
+        return ids, mask
+
+
 def open_tokenizer(kind: str, path: Path, max_len: int, prompt: str) -> PromptTokenizer:
-    """The tokenizer of a manifest's ``host.token_ids`` (already validated)."""
+    """The tokenizer of a manifest's ``host.token_ids`` (already validated).
+
+    ``path``: the file the manifest names (a ``huggingface`` tokenizer: its directory).
+    """
     if kind == "sentencepiece":
         return PaligemmaPromptTokenizer(path, max_len, prompt)
+    if kind == "huggingface":
+        return SmolVLAPromptTokenizer(path, max_len, prompt)
     return WordPiecePromptTokenizer(path.parent, max_len)
