@@ -10,7 +10,9 @@ command. ``--checkpoint bundled`` names the shipped model. ``--untrained-config 
 exports freshly initialised weights of a model config instead (for timing at
 other input sizes; the manifest records ``source.trained = false``).
 ``--policy`` exports a third-party policy directory written by ``vla-edge
-import`` (π0, π0.5: :func:`vla_edge.export.pi0.export_policy_dir`).
+import``, with the exporter of its architecture (π0, π0.5:
+:func:`vla_edge.export.pi0.export_policy_dir`; SmolVLA:
+:func:`vla_edge.export.smolvla.export_policy_dir`).
 
 A command front end, so it may reach every layer: it hands the export the
 policy path of :mod:`vla_edge.runners.factory` and the calibration frames of
@@ -34,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--policy",
         type=Path,
         default=None,
-        help="a policy directory from `vla-edge import` (pi0, pi05) instead of a checkpoint",
+        help="a policy directory from `vla-edge import` (pi0, pi05, smolvla) instead of a "
+        "checkpoint",
     )
     parser.add_argument("--backend", choices=BACKENDS, required=True)
     parser.add_argument("--quant", choices=QUANTS, default="fp32")
@@ -125,11 +128,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+POLICY_EXPORTERS = {
+    "pi0": "vla_edge.export.pi0",
+    "pi05": "vla_edge.export.pi0",
+    "smolvla": "vla_edge.export.smolvla",
+}
+"""The module whose ``export_policy_dir`` exports each architecture's policy directory."""
+
+
 def _run_policy_dir(args: argparse.Namespace) -> int:
-    """``--policy DIR``: a π0 / π0.5 policy directory's three programs and manifest."""
+    """``--policy DIR``: a π0 / π0.5 / SmolVLA policy directory's three programs and manifest."""
+    import importlib
     import sys
 
-    from vla_edge.export.pi0 import export_policy_dir
+    from vla_edge.archs.policy_dir import load_policy_dir
 
     bundled_only = {
         "--checkpoint": args.checkpoint,
@@ -146,6 +158,15 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--flow-steps = {args.flow_steps}, expected 1 <= K <= {MAX_FLOW_STEPS}"
             )
+        architecture = load_policy_dir(args.policy).architecture
+        if architecture not in POLICY_EXPORTERS:
+            raise ConfigError(
+                f"--policy {args.policy}: architecture = {architecture!r} has no exporter "
+                f"(exported: {', '.join(POLICY_EXPORTERS)})"
+            )
+        export_policy_dir = importlib.import_module(
+            POLICY_EXPORTERS[architecture]
+        ).export_policy_dir
         export_policy_dir(
             args.policy, args.out, args.backend, args.quant, flow_steps=args.flow_steps
         )

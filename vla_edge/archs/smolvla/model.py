@@ -167,6 +167,10 @@ class VisionParts:
     vision_model: SmolVLMVisionTransformer
     connector: SmolVLMConnector
 
+    def position_table(self) -> torch.Tensor:
+        """The patch position embeddings ``[patches, hidden]``, added whole to the patches."""
+        return self.vision_model.embeddings.position_embedding.weight
+
     def embed_images(self, images: torch.Tensor) -> torch.Tensor:
         """Image tokens ``[N, tokens, W]`` = ``connector(vision(images)) * sqrt(W)``.
 
@@ -176,7 +180,7 @@ class VisionParts:
         """
         vm = self.vision_model
         patches = vm.embeddings.patch_embedding(images).flatten(2).transpose(1, 2)
-        x = patches + vm.embeddings.position_embedding.weight[None]
+        x = patches + self.position_table()[None]
         for layer in vm.encoder.layers:
             x = layer(x, attention_mask=None)
         tokens = self.connector(vm.post_layernorm(x))
@@ -189,6 +193,10 @@ class PrefixParts:
     config: SmolVLAConfig
     text_model: LlamaModel
     state_proj: nn.Linear
+
+    def embed_language(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings ``table[ids] * sqrt(W)`` ``[1, L, W]`` for int64 ``token_ids``."""
+        return embed_language_tokens(self.text_model.embed_tokens.weight, token_ids)
 
     def embed_prefix(
         self,
@@ -210,7 +218,7 @@ class PrefixParts:
             state: ``[1, state_dim]``.
         """
         images, slot_pad = image_prefix(image_tokens, image_mask)
-        text = embed_language_tokens(self.text_model.embed_tokens.weight, token_ids)
+        text = self.embed_language(token_ids)
         state_token = self.state_proj(state)[:, None, :]
         embs = torch.cat([images, text, state_token], dim=1)
         state_pad = torch.ones(1, 1, dtype=torch.bool, device=embs.device)
