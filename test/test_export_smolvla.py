@@ -617,9 +617,11 @@ def test_a_changed_export_directory_is_refused_naming_the_field(root, tokenizer,
 # ---------------------------------------------------------------- ExecuTorch
 # Each lowering to XNNPACK costs minutes on a loaded machine at any size; the generic
 # rewrite (xnnpack_rewrites) delegates every linear, matmul, softmax and norm but leaves
-# the mask, position and RMSNorm arithmetic outside (NOT_DELEGATED_WHY)
+# the mask, position and RMSNorm arithmetic outside (NOT_DELEGATED_WHY). make test lowers
+# the 8da4w programs only (fp32 lowers the same rewritten graph without the quantisation;
+# test_the_executorch_stages_equal_the_reference_stages checks that graph in eager torch)
 @pytest.mark.slow
-@pytest.mark.parametrize(("quant", "bound"), [("fp32", 1e-3), ("8da4w", 5e-2)])
+@pytest.mark.parametrize(("quant", "bound"), [("8da4w", 5e-2)])
 def test_executorch_programs_are_delegated_and_equal_eager_torch(
     root, tokenizer, quant, bound
 ) -> None:

@@ -71,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --arch: the exports to time, in this order",
     )
     parser.add_argument(
+        "--stages",
+        default=",".join(STAGE_ORDER),
+        help="with --arch: the stages to export (a variant is timed when all three are)",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="with --arch: keep the rows the JSON already holds and measure the rest",
@@ -204,7 +209,7 @@ def export_variant(
     ``on_stage(stages)`` after each stage (a run stopped mid-variant keeps the stages done).
     """
     stages: dict[str, Any] = {}
-    for stage in STAGE_ORDER:
+    for stage in args.export_stages:
         entry_path = folder / f"{stage}.entry.json"
         if args.reuse_exports and entry_path.is_file():
             entry = json.loads(entry_path.read_text())
@@ -254,7 +259,7 @@ def export_variant(
         stages[stage] = failure
         if on_stage is not None:
             on_stage(stages)
-    ok = all(s["ok"] for s in stages.values())
+    ok = len(stages) == len(STAGE_ORDER) and all(s["ok"] for s in stages.values())
     total = sum(int(s["entry"]["bytes"]) for s in stages.values() if s["ok"])
     return {"complete": ok, "stages": stages, "bytes": total if ok else None}
 
@@ -528,6 +533,13 @@ def run(args: argparse.Namespace, parity_only: bool = False) -> int:
         )
         return 2
     args.variant_order = [names[v] for v in wanted]
+    args.export_stages = [v.strip() for v in str(args.stages).split(",") if v.strip()]
+    if not set(args.export_stages) <= set(STAGE_ORDER):
+        print(
+            f"vla-edge bench: --stages {args.stages}: expected some of {STAGE_ORDER}",
+            file=sys.stderr,
+        )
+        return 2
     previous: dict[str, Any] = {}
     if args.resume and args.json.is_file():
         previous = json.loads(args.json.read_text()).get("models", {})
