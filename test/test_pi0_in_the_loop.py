@@ -286,3 +286,39 @@ def test_non_finite_model_output_is_a_named_error_never_a_chunk(exports) -> None
     program.run = nan_run  # type: ignore[method-assign]
     with pytest.raises(NonFiniteChunkError):
         runner.infer(observation(HOME))
+
+
+@pytest.mark.ros
+def test_vla_edge_launch_sim_runs_an_imported_pi0_export_with_real_processes(
+    exports, tmp_path
+) -> None:
+    """The whole graph over DDS: the generic ONNX runner in the inference node, in-range
+    statistics, so every chunk is accepted and the safety node sees nothing out of limits."""
+    import subprocess
+    import sys
+
+    from ros_test_domain import DomainLease
+
+    lease = DomainLease()
+    out = tmp_path / "run.json"
+    try:
+        cmd = [
+            sys.executable, "-m", "vla_edge.cli", "launch", "sim", "--policy",
+            str(exports["joint_position"]), "--threads", "1", "--duration", "20",
+            "--json", str(out), "--log-dir", str(tmp_path / "logs"),
+        ]  # fmt: skip
+        result = subprocess.run(cmd, env=lease.env(), capture_output=True, text=True, timeout=150)
+    finally:
+        lease.release()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    metrics = json.loads(out.read_text())
+    failed = {name: code for name, code in metrics["exit_codes"].items() if code != 0}
+    assert not failed, {
+        name: (tmp_path / "logs" / f"{name}.log").read_text(errors="replace")[-2000:]
+        for name in failed
+    }
+    assert metrics["chunks_accepted"] >= 5, metrics
+    assert metrics["chunks_rejected"] == 0, metrics
+    safety = metrics["safety"]
+    assert safety["rejected_out_of_limits"] == 0 and safety["rejected"] == 0, safety
+    assert metrics["inference_stage_ms"]["action_head"]["p50"] > 0.0
