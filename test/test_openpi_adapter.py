@@ -87,6 +87,17 @@ def test_images_of_another_size_are_resized_with_pad_like_openpi() -> None:
     assert image[8:24].any()
 
 
+def test_a_runner_that_fits_images_itself_gets_them_at_their_own_size() -> None:
+    """SmolVLA's manifest pads on the top and left: the server must not fit them first."""
+    import dataclasses
+
+    rng = np.random.default_rng(6)
+    wide = rng.integers(0, 256, (48, 96, 3), dtype=np.uint8)
+    spec = dataclasses.replace(SPEC, fits_images=True)
+    parsed = request_to_observation(_request(**{"observation/image": wide}), spec, now_s=0.0)
+    np.testing.assert_array_equal(parsed.observation.images["agentview"], wide)
+
+
 def test_float_images_in_unit_range_become_uint8_like_openpi() -> None:
     pixels = np.linspace(0.0, 1.0, 32 * 32 * 3, dtype=np.float32).reshape(32, 32, 3)
     parsed = request_to_observation(_request(**{"observation/image": pixels}), SPEC, now_s=0.0)

@@ -21,7 +21,9 @@ Images are treated as openpi's LIBERO policy treats them: any size up to
 ``MAX_IMAGE_SIDE_PX`` a side is fitted to the policy's input with openpi's
 ``resize_with_pad`` (aspect kept, centred on black; see
 :mod:`vla_edge.runners.image_resize`), so openpi's LIBERO client, which sends
-224x224, is served by a 64x64 policy unchanged; channels-first (``[3, H, W]``)
+224x224, is served by a 64x64 policy unchanged (a runner that fits images
+itself, as its manifest says, gets them at their own size: SmolVLA's padding
+is on the top and left); channels-first (``[3, H, W]``)
 is transposed; float pixels in [0, 1] become ``uint8(255 * x)``. Any other
 channel count or dtype, NaN or inf, or an empty image is refused by name.
 The ``vla_edge/*`` keys are extensions an openpi server ignores.
@@ -131,11 +133,14 @@ def observation_to_request(
 
 
 def _image(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray:
-    """``request[key]`` as a fresh ``uint8 [spec.image_height, spec.image_width, 3]`` image.
+    """``request[key]`` as a fresh ``uint8 [H, W, 3]`` image.
 
     What openpi's LIBERO policy does to a camera image: float pixels in [0, 1]
     become ``uint8(255 * x)``, channels-first is transposed, and any other size
-    is fitted with :func:`~vla_edge.runners.image_resize.resize_with_pad`.
+    is fitted to ``[spec.image_height, spec.image_width]`` with
+    :func:`~vla_edge.runners.image_resize.resize_with_pad`, unless the runner
+    fits images itself (``spec.fits_images``: its manifest's own resize, e.g.
+    SmolVLA's ``pad_top_left``), which then gets the image at its own size.
     """
     if key not in request:
         raise InvalidObservationError(
@@ -172,6 +177,8 @@ def _image(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray:
                 "(or send uint8 0..255)"
             )
         image = (image * 255).astype(np.uint8)  # openpi's convert_to_uint8: truncation
+    if spec.fits_images:
+        return np.array(image, dtype=np.uint8, copy=True)
     resized = resize_with_pad(image, spec.image_height, spec.image_width)
     return np.array(resized, dtype=np.uint8, copy=True)
 
