@@ -42,7 +42,7 @@ from vla_edge.archs.pi0.config import Pi0Config
 from vla_edge.archs.pi0.model import Pi0Model
 from vla_edge.archs.pi0.stages import STAGE_NAMES, Pi0Stages, build_stages
 from vla_edge.core.errors import ConfigError
-from vla_edge.export.manifest import BACKENDS, QUANTS, TensorSpec
+from vla_edge.export.manifest import BACKENDS, TensorSpec
 from vla_edge.export.stages import StageProgram
 
 OUTPUT = "action_head.actions"
@@ -293,14 +293,14 @@ def export_pi0(
             tokenizer, or a bad camera map or statistics.
     """
     from vla_edge.export.pi0_xnnpack import NOT_DELEGATED_WHY
-    from vla_edge.export.pipeline import EXPORTER_REVISION, export_architecture, package_versions
+    from vla_edge.export.pipeline import (
+        check_backend_quant,
+        export_architecture,
+        exporter_section,
+        vision_calibration,
+    )
 
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
-    if quant not in QUANTS:
-        raise ConfigError(f"quant = {quant!r}, expected one of {QUANTS}")
-    if backend == "onnx" and quant != "fp32":
-        raise ConfigError(f"quant = {quant!r} with backend 'onnx': only 'fp32' is exported to ONNX")
+    check_backend_quant(backend, quant)
     tokenizer = Path(tokenizer)
     if not tokenizer.is_file():
         raise ConfigError(f"tokenizer = {str(tokenizer)!r}: no such file")
@@ -315,19 +315,12 @@ def export_pi0(
         normalisation=normalisation,
     )
     contract.update(extra or {})
-    contract["exporter"] = {
-        "revision": EXPORTER_REVISION,
-        "versions": package_versions(),
-        "group_size_8da4w": 32,
-        "executorch_stages": "vla_edge.export.pi0_xnnpack",
-    }
+    contract["exporter"] = exporter_section(executorch_stages="vla_edge.export.pi0_xnnpack")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer.resolve() != (out_dir / TOKENIZER_FILE).resolve():
         shutil.copyfile(tokenizer, out_dir / TOKENIZER_FILE)
-    calibration = {}
-    if quant == "8da4w" and calibration_images:
-        calibration["vision_encoder"] = [(img.contiguous(),) for img in calibration_images]
+    calibration = vision_calibration(quant, calibration_images)
     model.eval()
     return export_architecture(
         pi0_stage_programs(model, backend),
@@ -404,6 +397,7 @@ def export_policy_dir(
     """
     from vla_edge.archs.pi0.checkpoint import load_pi0_weights
     from vla_edge.archs.policy_dir import load_policy_dir
+    from vla_edge.export.pipeline import policy_dir_source
 
     policy = load_policy_dir(path, verify_sha256=True)
     if policy.architecture not in ("pi0", "pi05"):
@@ -426,12 +420,7 @@ def export_policy_dir(
     model = Pi0Model(config).eval()
     load_pi0_weights(policy, model)
     n = len(policy.joint_names)
-    source = {
-        "policy_dir": str(Path(path).resolve()),
-        "weights_sha256": policy.weights.get("sha256"),
-        "trained": True,
-        "import": policy.source,
-    }
+    source = policy_dir_source(path, policy)
     return export_pi0(
         model,
         out_dir,

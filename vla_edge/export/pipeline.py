@@ -107,6 +107,49 @@ def _source_info(policy: VlaPolicy, checkpoint: Path | None) -> dict[str, Any]:
     }
 
 
+def check_backend_quant(backend: str, quant: str) -> None:
+    """Refuse an unknown backend or quantisation, and 8da4w on ONNX.
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
+    if quant not in QUANTS:
+        raise ConfigError(f"quant = {quant!r}, expected one of {QUANTS}")
+    if backend == "onnx" and quant != "fp32":
+        raise ConfigError(f"quant = {quant!r} with backend 'onnx': only 'fp32' is exported to ONNX")
+
+
+def exporter_section(**fields: Any) -> dict[str, Any]:
+    """The manifest's ``exporter``: revision, package versions, 8da4w group size, ``fields``."""
+    return {
+        "revision": EXPORTER_REVISION,
+        "versions": package_versions(),
+        "group_size_8da4w": 32,
+        **fields,
+    }
+
+
+def vision_calibration(
+    quant: str, images: list[torch.Tensor] | None
+) -> dict[str, list[tuple[torch.Tensor, ...]]]:
+    """8da4w's calibration inputs of the vision encoder's int8 convolutions (else none)."""
+    if quant != "8da4w" or not images:
+        return {}
+    return {"vision_encoder": [(img.contiguous(),) for img in images]}
+
+
+def policy_dir_source(path: str | Path, policy: Any) -> dict[str, Any]:
+    """The manifest's ``source`` of an export made from a policy directory."""
+    return {
+        "policy_dir": str(Path(path).resolve()),
+        "weights_sha256": policy.weights.get("sha256"),
+        "trained": True,
+        "import": policy.source,
+    }
+
+
 def _as_outputs(value: Any) -> list[np.ndarray]:
     """A module's or program's output(s) as a list of numpy arrays."""
     items = list(value) if isinstance(value, list | tuple) else [value]
@@ -381,12 +424,7 @@ def export_policy(
         ConfigError: unknown backend or quantisation, 8da4w on ONNX, or 8da4w
             calibration without its source or data.
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
-    if quant not in QUANTS:
-        raise ConfigError(f"quant = {quant!r}, expected one of {QUANTS}")
-    if backend == "onnx" and quant != "fp32":
-        raise ConfigError(f"quant = {quant!r} with backend 'onnx': only 'fp32' is exported to ONNX")
+    check_backend_quant(backend, quant)
     language_backend = language_backend or backend
     if language_backend not in BACKENDS:
         raise ConfigError(f"language_backend = {language_backend!r}, expected one of {BACKENDS}")
@@ -429,12 +467,7 @@ def export_policy(
         **bundled_contract(policy),
         "stage_order": list(BUNDLED_STAGES),
         "source": _source_info(policy, checkpoint),
-        "exporter": {
-            "revision": EXPORTER_REVISION,
-            "language_revision": LANGUAGE_EXPORTER_REVISION,
-            "versions": package_versions(),
-            "group_size_8da4w": 32,
-        },
+        "exporter": exporter_section(language_revision=LANGUAGE_EXPORTER_REVISION),
     }
     return export_architecture(
         policy_stages(policy, names),

@@ -69,7 +69,7 @@ from vla_edge.core.errors import (
     ManifestMismatchError,
     TokenizerMismatchError,
 )
-from vla_edge.export.manifest import BACKENDS, HF_TOKENIZER_JSON, QUANTS, TensorSpec, file_sha256
+from vla_edge.export.manifest import BACKENDS, HF_TOKENIZER_JSON, TensorSpec, file_sha256
 from vla_edge.export.normalisation import codec_from_section
 from vla_edge.export.stages import StageProgram
 
@@ -491,14 +491,14 @@ def export_smolvla(
         TokenizerMismatchError: no tokenizer directory, or one the runners cannot read as
             ``transformers`` does (checked before anything is written).
     """
-    from vla_edge.export.pipeline import EXPORTER_REVISION, export_architecture, package_versions
+    from vla_edge.export.pipeline import (
+        check_backend_quant,
+        export_architecture,
+        exporter_section,
+        vision_calibration,
+    )
 
-    if backend not in BACKENDS:
-        raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
-    if quant not in QUANTS:
-        raise ConfigError(f"quant = {quant!r}, expected one of {QUANTS}")
-    if backend == "onnx" and quant != "fp32":
-        raise ConfigError(f"quant = {quant!r} with backend 'onnx': only 'fp32' is exported to ONNX")
+    check_backend_quant(backend, quant)
     files = tokenizer_files(tokenizer)
     contract = smolvla_contract(
         model.config,
@@ -510,12 +510,7 @@ def export_smolvla(
     )
     check_prompt_tokens(tokenizer, model.config.max_token_len)
     contract.update(extra or {})
-    contract["exporter"] = {
-        "revision": EXPORTER_REVISION,
-        "versions": package_versions(),
-        "group_size_8da4w": 32,
-        "executorch_stages": "vla_edge.export.xnnpack_rewrites",
-    }
+    contract["exporter"] = exporter_section(executorch_stages="vla_edge.export.xnnpack_rewrites")
     out_dir = Path(out_dir)
     target = out_dir / TOKENIZER_DIR
     target.mkdir(parents=True, exist_ok=True)
@@ -525,9 +520,7 @@ def export_smolvla(
     contract["host"]["token_ids"]["tokenizer"]["files"] = {
         name: file_sha256(target / name) for name in files
     }
-    calibration = {}
-    if quant == "8da4w" and calibration_images:
-        calibration["vision_encoder"] = [(img.contiguous(),) for img in calibration_images]
+    calibration = vision_calibration(quant, calibration_images)
     model.eval()
     return export_architecture(
         smolvla_stage_programs(model, backend),
@@ -573,6 +566,7 @@ def export_policy_dir(
     from vla_edge.archs.policy_dir import load_policy_dir
     from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
     from vla_edge.export.pi0 import TABLETOP_EE_SITE, TABLETOP_MJCF, manifest_action_space
+    from vla_edge.export.pipeline import policy_dir_source
 
     policy = load_policy_dir(path, verify_sha256=True)
     if policy.architecture != ARCHITECTURE:
@@ -598,12 +592,7 @@ def export_policy_dir(
     model = SmolVLAModel(config).eval()
     load_smolvla_weights(policy, model)
     n = len(policy.joint_names)
-    source = {
-        "policy_dir": str(Path(path).resolve()),
-        "weights_sha256": policy.weights.get("sha256"),
-        "trained": True,
-        "import": policy.source,
-    }
+    source = policy_dir_source(path, policy)
     action_space = manifest_action_space(
         policy.action_space,
         policy.joint_names,
