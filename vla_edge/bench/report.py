@@ -349,6 +349,101 @@ def render_speedup(reports: Sequence[Json]) -> str:
     return _table(header, rows)
 
 
+def _seconds(ms: float) -> str:
+    return f"{ms / 1e3:.2f}"
+
+
+def _export_failures(key: str, model: Json) -> list[str]:
+    """One line per stage that did not export: where it ran out, and what does fit."""
+    lines = []
+    for variant, export in model["exports"].items():
+        for stage, result in export["stages"].items():
+            if result["ok"]:
+                if not export["complete"]:  # a variant not timed: what its stages cost
+                    e = result["entry"]
+                    lines.append(
+                        f"{key} {variant.replace('_', ' ')} `{stage}`: exported, "
+                        f"{e['bytes'] / 2**30:.2f} GiB, in {e['export_wall_s']:.0f} s at "
+                        f"{e['peak_rss_mb'] / 1024:.1f} GiB peak"
+                    )
+                continue
+            line = (
+                f"{key} {variant.replace('_', ' ')} `{stage}`: {result['why'].replace('_', ' ')}"
+                f' during "{result["step"]}" at {result["peak_rss_mb"] / 1024:.1f} GiB'
+            )
+            fit = result.get("largest_that_fits")
+            if fit and fit.get("layers"):
+                line += (
+                    f"; the largest that fits: {fit['layers']} layers of "
+                    f"{', '.join(fit['of'])} ({fit['peak_rss_mb'] / 1024:.1f} GiB peak)"
+                )
+            elif fit:
+                line += "; no smaller depth tried fits either"
+            lines.append(line)
+    return lines
+
+
+def render_full_size(reports: Sequence[Json]) -> str:
+    """Imported architectures at full size, per backend and thread count.
+
+    Each stage's p50, the achieved GFLOP/s against the GEMM peak, peak RSS,
+    program bytes and parity; then the stages that did not export.
+    """
+    rows, notes = [], []
+    for report in reports:
+        for model in report["models"].values():
+            label = f"{report['arch']} {model['cameras']} cam"
+            for r in model["results"]:
+                if not r["ok"]:
+                    notes.append(
+                        f"{label} {r['backend']} {r['quant']} {r['threads']} thr: "
+                        f'{r["why"].replace("_", " ")} during "{r["step"]}"'
+                    )
+                    continue
+                stages, achieved = r["stages"], r["achieved"]
+                variant = f"{r['backend']}_{r['quant']}"
+                export = model["exports"].get(variant)
+                size = export["bytes"] if export else sum(model["fp32_param_bytes"].values())
+                parity = r.get("parity", {}).get("rms_pct_of_range_max")
+                rows.append(
+                    [
+                        label,
+                        f"{r['backend']} {r['quant']}",
+                        str(r["threads"]),
+                        f"{_seconds(r['end_to_end']['p50_ms'])} / "
+                        f"{_seconds(r['end_to_end']['p95_ms'])}",
+                        " / ".join(
+                            _seconds(stages[s]["p50_ms"])
+                            for s in ("vision_encoder", "fusion", "action_head")
+                        ),
+                        f"{achieved['end_to_end']['gflops']:.0f} "
+                        f"({100 * achieved['end_to_end']['of_gemm_peak']:.0f} % of "
+                        f"{r['gemm_peak_gflops']:.0f})",
+                        f"{r['peak_rss_mb'] / 1024:.1f}",
+                        f"{size / 2**30:.2f}" + ("" if export else " (weights)"),
+                        "–" if parity is None else f"{parity:.3g}",
+                    ]
+                )
+            notes += _export_failures(label, model)
+        if not report.get("complete", True):
+            notes.append(f"{report['arch']}: the run was stopped before its end")
+    header = [
+        "model",
+        "backend",
+        "threads",
+        "end to end p50 / p95 (s)",
+        "vision / fusion / action head p50 (s)",
+        "GFLOP/s (% of the fp32 GEMM peak)",
+        "peak RSS (GiB)",
+        "bytes (GiB)",
+        "parity (% of range, max)",
+    ]
+    table = _table(header, rows)
+    if notes:
+        table += "\n\n" + "\n".join(f"* {n}" for n in notes)
+    return table
+
+
 # ---------------------------------------------------------------- control, graph, faults
 
 
@@ -650,6 +745,14 @@ TABLES: tuple[Table, ...] = (
         ),
         "the latency runs above",
         render_speedup,
+    ),
+    Table(
+        "full_size",
+        (_r("bench_latency_pi0_full.json"),),
+        "`vla-edge bench latency --arch pi0 --size full --cameras 1 --threads 1,2 --json OUT`, "
+        "then the same with `--resume --reuse-exports --variants executorch_8da4w,executorch_fp32 "
+        "--stages vision_encoder,fusion` (the rows kept, the ExecuTorch stages exported)",
+        render_full_size,
     ),
     Table(
         "control",
