@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from vla_edge.config.loader import load_node_params
@@ -134,6 +134,8 @@ def test_a_camera_the_policy_does_not_read_may_drop_without_a_stop(harness, star
     step_s=st.one_of(st.floats(-3600.0, -0.5), st.floats(0.5, 3600.0)),
     start_s=st.floats(0.6, 3.0),
 )
+@example(step_s=1.0, start_s=1.0)  # at the threshold: the slot sees 1.0 s plus its own gap
+@example(step_s=0.5, start_s=1.0)  # well within it: a late reading
 def test_recovery_after_a_clock_step_of_any_size_takes_as_long_as_after_a_small_one(
     harness, step_s, start_s
 ):
@@ -151,6 +153,14 @@ def test_recovery_after_a_clock_step_of_any_size_takes_as_long_as_after_a_small_
     assert result["recovered"] is True
     # within 1 s of the fault window's end whatever the size (the 2 s steps: 0 ms)
     assert result["time_to_recover_ms"] <= 1000.0
-    # a forward gap within the threshold is a late reading, not a step (nothing to re-anchor)
+    # a forward gap within the threshold is a late reading, not a step (nothing to re-anchor);
+    # the gap the slot sees is the step plus its normal one (up to a camera period), so a
+    # step within that of the threshold may count either way
     threshold_s = harness.settings.inference.clock_step_threshold_s
-    assert trace.info["inference_clock_steps"] == int(step_s < 0 or step_s > threshold_s)
+    steps = trace.info["inference_clock_steps"]
+    if step_s < 0 or step_s > threshold_s:
+        assert steps == 1
+    elif step_s <= threshold_s - harness.settings.camera_period_s:
+        assert steps == 0
+    else:
+        assert steps in (0, 1)
