@@ -14,10 +14,11 @@ from vla_edge.bench import arch_latency, arch_models
 from vla_edge.core.errors import ConfigError
 
 
-def test_stage_flops_scale_with_the_cameras_and_need_no_weights() -> None:
-    one = arch_models.stage_flops("pi0", "small", 1)
-    three = arch_models.stage_flops("pi0", "small", 3)
-    assert three["vision_encoder"] == 3 * one["vision_encoder"] > 0  # SigLIP per slot
+@pytest.mark.parametrize("arch", ["pi0", "smolvla"])
+def test_stage_flops_scale_with_the_cameras_and_need_no_weights(arch) -> None:
+    one = arch_models.stage_flops(arch, "small", 1)
+    three = arch_models.stage_flops(arch, "small", 3)
+    assert three["vision_encoder"] == 3 * one["vision_encoder"] > 0  # one image per slot
     assert three["fusion"] > one["fusion"] > 0  # a longer prefix
     assert three["action_head"] > one["action_head"] > 0  # attends to it
 

@@ -56,10 +56,10 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
     model = _model(args)
     step("split stages")
     if args.arch == "smolvla":
-        raise SystemExit("smolvla: no exporter yet")
-    from vla_edge.export.pi0 import pi0_stage_programs
-
-    programs = {p.name: p for p in pi0_stage_programs(model, args.backend, seed=args.seed)}
+        from vla_edge.export.smolvla import smolvla_stage_programs as stage_programs
+    else:
+        from vla_edge.export.pi0 import pi0_stage_programs as stage_programs
+    programs = {p.name: p for p in stage_programs(model, args.backend, seed=args.seed)}
     program = programs.pop(args.stage)
     del model, programs  # only this stage's weights stay alive
     out = Path(args.out)
