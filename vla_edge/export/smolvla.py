@@ -423,7 +423,7 @@ def check_prompt_tokens(directory: str | Path, max_len: int) -> None:
 
     LeRobot tokenizes with ``transformers``: ``AutoTokenizer.from_pretrained(dir)(task +
     "\n", max_length=L, truncation=True, padding=..., padding_side="right")``; the
-    runners use :class:`~vla_edge.runners.tokenizers.SmolVLAPromptTokenizer` (``tokenizers``
+    runners use :class:`~vla_edge.archs.hf_prompt.SmolVLAPromptTokenizer` (``tokenizers``
     only). Both encode :data:`PROBE_PROMPTS` (padded to ``L`` on both sides here).
 
     Raises:
@@ -432,7 +432,7 @@ def check_prompt_tokens(directory: str | Path, max_len: int) -> None:
     """
     from transformers import AutoTokenizer
 
-    from vla_edge.runners.tokenizers import SmolVLAPromptTokenizer, smolvla_text
+    from vla_edge.archs.hf_prompt import SmolVLAPromptTokenizer, smolvla_text
 
     directory = Path(directory)
     try:
