@@ -19,6 +19,11 @@ controller::
 The chunk keeps the observation's stamp, so the controller's timing, merging
 and limit checks see exactly what they see today. A raw chunk that cannot be
 turned into finite targets raises a named error and never reaches the controller.
+
+The other way, a :class:`StateSpace` (the ``state_space`` section) says what the
+policy's state input is, and a :class:`StateAdapter` computes it from the robot's
+joints: the joints themselves, or openpi LIBERO's 8-D end-effector pose
+(:mod:`vla_edge.actions.state`).
 """
 
 from vla_edge.actions.adapter import ActionAdapter
@@ -29,6 +34,7 @@ from vla_edge.actions.space import (
     JointCalibration,
     load_action_space,
 )
+from vla_edge.actions.state import StateAdapter, StateSpace
 
 __all__ = [
     "ActionAdapter",
@@ -36,5 +42,7 @@ __all__ = [
     "GripperMapping",
     "JointCalibration",
     "Kinematics",
+    "StateAdapter",
+    "StateSpace",
     "load_action_space",
 ]

@@ -97,6 +97,24 @@ def matrix_to_rot6d(mat: np.ndarray) -> np.ndarray:
     return np.asarray(mat, dtype=np.float64)[..., :2, :].reshape(*np.shape(mat)[:-2], 6)
 
 
+def quat_wxyz_to_axis_angle(quat: np.ndarray) -> np.ndarray:
+    """Rotation vector (axis times angle, rad) of a quaternion ``[..., 4]``, angle in [0, π].
+
+    robosuite's ``quat2axisangle`` (openpi's LIBERO example) on the quaternion taken with
+    ``w >= 0``: ``2 acos(w) v / |v|``, here as ``2 atan2(|v|, w) v / |v|`` (exact near 0,
+    where the vector is ``2 v``). robosuite keeps the sign its quaternion has, so for
+    ``w < 0`` it returns the same rotation with an angle in (π, 2π).
+    """
+    quat = np.asarray(quat, dtype=np.float64)
+    quat = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+    quat = np.where(quat[..., :1] < 0.0, -quat, quat)
+    vec = quat[..., 1:]
+    sin_half = np.linalg.norm(vec, axis=-1, keepdims=True)
+    angle = 2.0 * np.arctan2(sin_half, quat[..., :1])
+    small = sin_half < 1e-12
+    return vec * np.where(small, 2.0, angle / np.where(small, 1.0, sin_half))
+
+
 def to_matrix(values: np.ndarray, fmt: RotationFormat) -> np.ndarray:
     """``[H, ROTATION_DIMS[fmt]]`` rows in ``fmt`` to ``[H, 3, 3]`` matrices."""
     values = np.asarray(values, dtype=np.float64)

@@ -17,6 +17,10 @@ class ActionSpaceError(ConfigError):
     """A policy's action space is malformed, or the robot cannot execute it."""
 
 
+class StateSpaceError(ConfigError):
+    """A policy's state space is malformed, or the robot cannot observe it."""
+
+
 class ManifestMismatchError(VlaEdgeError):
     """An exported artifact's manifest does not match what it is asked to do."""
 
