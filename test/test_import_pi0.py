@@ -401,12 +401,15 @@ def test_manifest_normalisation_cuts_or_pads_to_the_robot_dimensions(world, tmp_
     out = tmp_path / "policy"
     assert run_import(world, world["ckpts"]["pi0"], out, "--delta-actions", "0,1,2") == 0
     policy = load_policy_dir(out)
-    section = policy.manifest_normalisation(9)
+    section = policy.manifest_normalisation(9, 9)
     assert section["kind"] == "mean_std" and section["epsilon"] == 1e-6
     assert section["state"]["mean"][:8] == policy.normalisation["state"]["mean"]
     assert section["actions"]["std"][7:] == [1.0, 1.0]
     assert section["delta_actions"] == [True] * 3 + [False] * 6
     assert len(policy.manifest_normalisation(4)["state"]["std"]) == 4
+    # by default each part at its space's width: the robot's 7 joints, the action space's 7
+    default = policy.manifest_normalisation()
+    assert len(default["state"]["mean"]) == len(JOINTS) and len(default["actions"]["std"]) == 7
 
 
 def test_camera_map_and_action_space_from_flags(world, tmp_path):

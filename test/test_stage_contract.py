@@ -530,6 +530,46 @@ def test_an_inconsistent_stage_contract_is_refused_naming_the_field(tmp_path, ed
         load_manifest(_toy_dir(tmp_path, edit))
 
 
+def _quantiles(n: int) -> dict[str, list[float]]:
+    return {"q01": [-0.5] * n, "q99": [0.5] * n}
+
+
+def test_each_normalisation_part_has_its_spaces_width(tmp_path) -> None:
+    """Without spaces both parts have the joints' width; a ``state_space`` other than
+    ``joint_position`` lets the state have its own (up to ``host.state``'s), an
+    ``action_space`` the actions (up to ``action_dim``)."""
+
+    def widths(state: int, actions: int, spaces: dict[str, Any]) -> Any:
+        def edit(d: dict[str, Any]) -> None:
+            d["normalisation"].update(state=_quantiles(state), actions=_quantiles(actions))
+            d["normalisation"]["delta_actions"] = [False] * actions
+            d.update(spaces)
+
+        def load(folder: Path) -> Any:
+            folder.mkdir()
+            return load_manifest(_toy_dir(folder, edit))
+
+        return load
+
+    eef = {"state_space": {"kind": "eef_pose"}}
+    action_space = {"action_space": {"kind": "joint_delta", "policy_dim": A, "indices": [0, 1]}}
+    manifest = widths(S, 5, {**eef, **action_space})(tmp_path / "ok")
+    assert (manifest.codec.state_dim, manifest.codec.action_dim) == (S, 5)
+    refused = [
+        (widths(S, 3, {}), r"normalisation\.state\.q01 has shape \(8,\), expected \(3,\)"),
+        (widths(3, 5, {}), r"normalisation\.actions\.q01 has shape \(5,\), expected \(3,\)"),
+        (widths(S + 1, 3, eef), rf"host\.state\.shape = \[1, {S}\], expected \[1, W\] with W >= 9"),
+        (widths(3, A + 1, action_space), rf"9 statistics, expected <= action_dim = {A}"),
+        (
+            widths(3, 3, {"state_space": {"kind": 1}}),
+            r"field state_space\.kind = 1, expected a string",
+        ),
+    ]
+    for i, (load, words) in enumerate(refused):
+        with pytest.raises(ManifestMismatchError, match=words):
+            load(tmp_path / f"bad{i}")
+
+
 def test_an_old_export_is_refused_with_the_command_that_re_exports_it(tmp_path) -> None:
     def v1(d: dict[str, Any]) -> None:
         d["format"] = "vla_edge.export.v1"
@@ -556,7 +596,9 @@ def test_a_tokenizer_that_is_not_the_exported_one_is_refused(toy_onnx, tmp_path)
 
 # ---------------------------------------------------------------- host preprocessing
 def test_quantile_codec_is_openpis_formula_and_round_trips() -> None:
-    codec = codec_from_section(toy_contract()["normalisation"], len(JOINTS))
+    codec = codec_from_section(
+        toy_contract()["normalisation"], state_dim=len(JOINTS), action_dim=len(JOINTS)
+    )
     state = np.array([0.1, -0.2, 0.02])
     want = (state - np.array(STATS["state"]["q01"])) / (
         np.array(STATS["state"]["q99"]) - np.array(STATS["state"]["q01"]) + EPS
@@ -579,7 +621,9 @@ def test_bundled_mean_std_codec_is_bit_identical_to_the_policy_codec() -> None:
     )
     delta = [True] * 6 + [False]
     policy_codec = ActionCodec(stats, delta)
-    host_codec = codec_from_section(mean_std_section(stats.to_dict(), delta), 7)
+    host_codec = codec_from_section(
+        mean_std_section(stats.to_dict(), delta), state_dim=7, action_dim=7
+    )
     state = rng.normal(size=7)
     chunk = rng.normal(size=(10, 7))
     np.testing.assert_array_equal(
@@ -592,6 +636,51 @@ def test_bundled_mean_std_codec_is_bit_identical_to_the_policy_codec() -> None:
     np.testing.assert_array_equal(
         host_codec.decode_actions(norm, state), policy_codec.decode_actions(norm, state)
     )
+
+
+def _section(state_dim: int, action_dim: int, delta: list[bool] | None = None) -> dict:
+    rng = np.random.default_rng(1)
+    return {
+        "kind": "mean_std",
+        "epsilon": 1e-6,
+        "state": {"mean": rng.normal(size=state_dim).tolist(), "std": [0.5] * state_dim},
+        "actions": {"mean": rng.normal(size=action_dim).tolist(), "std": [0.2] * action_dim},
+        "delta_actions": delta if delta is not None else [False] * action_dim,
+    }
+
+
+def test_codec_normalises_an_8d_state_and_decodes_7d_actions_relative_to_it() -> None:
+    delta = [True, True, True, False, False, False, False]
+    codec = codec_from_section(_section(8, 7, delta), state_dim=8, action_dim=None)
+    assert (codec.state_dim, codec.action_dim) == (8, 7)
+    state = np.linspace(-0.4, 0.4, 8)
+    want_state = (state - np.array(codec.state["mean"])) / (0.5 + 1e-6)
+    np.testing.assert_allclose(codec.normalize_state(state), want_state, rtol=1e-6)
+    norm = np.random.default_rng(2).normal(size=(10, 7))
+    decoded = codec.decode_actions(norm, state)
+    absolute = norm * (0.2 + 1e-6) + np.array(codec.actions["mean"])
+    np.testing.assert_allclose(decoded[:, 3:], absolute[:, 3:])
+    np.testing.assert_allclose(decoded[:, :3], absolute[:, :3] + state[:3])  # openpi's deltas
+    np.testing.assert_allclose(codec.encode_actions(decoded, state), norm, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("sec", "widths", "words"),
+    [
+        (_section(8, 7), (7, 7), r"normalisation\.state\.mean has shape \(8,\), expected \(7,\)"),
+        (_section(8, 7), (8, 8), r"normalisation\.actions\.mean has shape \(7,\), expected \(8,\)"),
+        (
+            _section(3, 7, [False] * 6 + [True]),
+            (None, None),
+            r"delta_actions: dimensions \[6\] are relative to the state, which has 3",
+        ),
+        (_section(8, 7, [False] * 8), (None, None), "expected 7 booleans"),
+    ],
+    ids=["state-width", "action-width", "delta-beyond-state", "delta-length"],
+)
+def test_codec_widths_that_disagree_are_named(sec, widths, words) -> None:
+    with pytest.raises(ManifestMismatchError, match=words):
+        codec_from_section(sec, state_dim=widths[0], action_dim=widths[1])
 
 
 def test_image_slots_without_a_camera_are_black_and_masked_in_the_declared_range() -> None:

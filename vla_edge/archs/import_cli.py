@@ -10,10 +10,13 @@
 processors' statistics or older in-weights ones). The registry finds the architecture and
 its ``read_checkpoint`` checks every key and shape from the safetensors header before a
 tensor is read; then the tokenizer (against the embedding table: PaliGemma's SentencePiece
-model, or SmolVLM2's Hugging Face tokenizer directory), the camera map, and the action space
-(against the robot's joints, with its kinematics for ``eef_delta``, and its units against
-the checkpoint's action statistics) are checked, and only then is the directory written
-(:mod:`vla_edge.archs.policy_dir`). Any bad input is a named error and writes nothing.
+model, or SmolVLM2's Hugging Face tokenizer directory), the camera map, the action space
+(against the robot's joints, with its kinematics for ``eef_delta``, and its units and width
+against the checkpoint's action statistics) and the state space (``--state-space``:
+``joint_position``, the robot's joints, or ``eef_pose``, openpi LIBERO's 8-D end-effector
+pose, against the robot's kinematics and the checkpoint's state statistics) are checked,
+and only then is the directory written (:mod:`vla_edge.archs.policy_dir`). Any bad input is
+a named error and writes nothing.
 
 The robot comes from the package's parameter files (``config/controller.yaml``: joint names
 and limits; ``config/sim.yaml``: cameras; ``sim/tabletop/tabletop.xml``: kinematics) unless
@@ -33,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.actions.space import NORM_RANGES
-from vla_edge.core.errors import ActionSpaceError, ConfigError, VlaEdgeError
+from vla_edge.core.errors import ActionSpaceError, ConfigError, StateSpaceError, VlaEdgeError
 
 GRIPPER_JOINT = "gripper"
 EE_SITE = "ee"
@@ -148,6 +151,52 @@ def check_action_space(section: Any, action_dim: int, robot: Robot, source: str)
     return space.to_dict()
 
 
+def check_state_space(
+    section: Any, normalisation: dict[str, Any], robot: Robot, source: str, stats_file: str
+) -> dict[str, Any]:
+    """Validate a ``state_space`` section against the robot and the checkpoint; its plain form.
+
+    ``eef_pose`` needs the robot's kinematics (the end-effector site, the arm joints: every
+    joint but its ``gripper_joint``) and state statistics of exactly its 8 dimensions;
+    ``joint_position``'s statistics are cut or padded to the joints, as before.
+
+    Raises:
+        StateSpaceError: malformed, not observable on the robot, or of another width than
+            the checkpoint's state statistics.
+    """
+    from vla_edge.actions import Kinematics, StateAdapter, StateSpace
+
+    space = StateSpace.from_dict(section, source=source)
+    if space.kind == "joint_position":
+        return space.to_dict()
+    if robot.mjcf is None:
+        raise StateSpaceError(
+            f"{source}: kind {space.kind} needs the robot's kinematics: pass --robot-mjcf (an "
+            "MJCF or URDF with the end-effector site --ee-site)"
+        )
+    if space.gripper_joint not in robot.joint_names:
+        raise StateSpaceError(
+            f"{source}: gripper_joint = {space.gripper_joint!r}: not a robot joint "
+            f"{list(robot.joint_names)}; name it with --gripper-joint"
+        )
+    arm = [j for j in robot.joint_names if j != space.gripper_joint]
+    try:
+        kinematics = Kinematics.from_mjcf(robot.mjcf, arm, robot.ee_site)
+        adapter = StateAdapter(space, robot.joint_names, kinematics)
+    except ConfigError as exc:
+        raise StateSpaceError(f"{source}: {exc}") from exc
+    state = normalisation["state"]
+    width = len(state["mean" if state["kind"] == "mean_std" else "q01"])
+    if width != adapter.width:
+        raise StateSpaceError(
+            f"{source}: kind {space.kind} reads {adapter.width} dimensions "
+            f"({', '.join(adapter.names)}), but the checkpoint's state statistics ({stats_file}) "
+            f"have {width}: a checkpoint trained on another state; import it with "
+            "--state-space joint_position"
+        )
+    return space.to_dict()
+
+
 def load_action_space_file(path: Path) -> Any:
     """The ``action_space`` section of a YAML file."""
     from vla_edge.config.loader import load_yaml_file
@@ -164,7 +213,8 @@ def check_action_units(
     """The action space against what the checkpoint says of its actions.
 
     * A dimension at or beyond the checkpoint's real action width (LeRobot's
-      ``output_features.action``) is padding the model was never trained on.
+      ``output_features.action``, else the width of its action statistics) is padding the
+      model was never trained on.
     * ``joint_position`` units against the action statistics: a dimension whose values reach
       beyond a full turn cannot be a revolute joint in ``rad`` (LeRobot arms command degrees or
       a normalised range), nor beyond 360 in ``deg``, nor far outside its ``normalized``
@@ -175,13 +225,18 @@ def check_action_units(
     """
     used = list(space.get("indices", []))
     gripper = (space.get("gripper") or {}).get("index")
+    actions = normalisation["actions"]
+    n_stats = len(actions["mean" if actions["kind"] == "mean_std" else "q01"])
     if feature_dim is not None:
-        beyond = [i for i in [*used, gripper] if i is not None and i >= feature_dim]
-        if beyond:
-            raise ActionSpaceError(
-                f"{source}: dimensions {beyond} are beyond the checkpoint's {feature_dim} real "
-                f"action dimensions (config.json output_features.action); the rest is padding"
-            )
+        width, what = feature_dim, "real action dimensions (config.json output_features.action)"
+    else:
+        width, what = n_stats, "action statistics"
+    beyond = [i for i in [*used, gripper] if i is not None and i >= width]
+    if beyond:
+        raise ActionSpaceError(
+            f"{source}: dimensions {beyond} are beyond the checkpoint's {width} {what}; the "
+            "rest is padding"
+        )
     if space.get("kind") != "joint_position":
         return
     units = space.get("units")
@@ -190,7 +245,6 @@ def check_action_units(
         bound, unit_name = max(abs(lo), abs(hi)) * NORMALIZED_MARGIN, f"normalized {lo:g}..{hi:g}"
     else:
         bound, unit_name = UNIT_REACH[units], units
-    actions = normalisation["actions"]
     if actions["kind"] == "mean_std":
         reach = np.abs(np.asarray(actions["mean"])) + np.asarray(actions["std"])
     else:
@@ -220,6 +274,7 @@ def import_checkpoint(
     options: Any = None,
     cameras: dict[str, str | None] | None = None,
     action_space: Path | dict[str, Any] | None = None,
+    state_space: str | dict[str, Any] | None = None,
     force: bool = False,
 ) -> Any:
     """Check everything, then write the policy directory; returns the loaded ``PolicyDir``.
@@ -235,6 +290,8 @@ def import_checkpoint(
         cameras: slot → robot camera (``None``: masked) overriding the defaults.
         action_space: a YAML file with an ``action_space`` section, or the section itself;
             ``None``: :func:`default_action_space`.
+        state_space: a kind (``joint_position``, ``eef_pose``: its gripper joint is the
+            robot's) or a ``state_space`` section; ``None``: ``joint_position``.
     """
     from vla_edge.archs import registry
     from vla_edge.archs.common import ImportOptions
@@ -275,6 +332,17 @@ def import_checkpoint(
         source = f"{action_space}: action_space"
     space = check_action_space(section, facts.action_dim, robot, source)
     check_action_units(space, ckpt.normalisation, ckpt.action_feature_dim, source)
+    if isinstance(state_space, str) or state_space is None:
+        kind = state_space or "joint_position"
+        state_section: dict[str, Any] = {"kind": kind}
+        if kind == "eef_pose" and robot.gripper_joint is not None:
+            state_section["gripper_joint"] = robot.gripper_joint
+        state_source = f"--state-space {kind}"
+    else:
+        state_section, state_source = state_space, "state_space"
+    states = check_state_space(
+        state_section, ckpt.normalisation, robot, state_source, str(ckpt.stats_file)
+    )
     data = {
         "format": "vla_edge.policy.v1",
         "architecture": ckpt.architecture,
@@ -289,6 +357,7 @@ def import_checkpoint(
             **facts.images,
         },
         "action_space": space,
+        "state_space": states,
         "normalisation": ckpt.normalisation,
         "tokenizer": tok,
         "prompt": facts.prompt,
@@ -383,6 +452,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="YAML file with an action_space section (units rad, deg, or normalized with a "
         "calibration); default: joint_position in rad",
     )
+    parser.add_argument(
+        "--state-space",
+        choices=("joint_position", "eef_pose"),
+        default="joint_position",
+        help="what the checkpoint's state is: the robot's joint positions (default), or openpi "
+        "LIBERO's 8-D end-effector pose (position 3, axis-angle 3, gripper finger qpos 2; "
+        "computed from the joints with --robot-mjcf, --ee-site and --gripper-joint)",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing --out")
     robot = parser.add_argument_group("the robot (default: the package's parameter files)")
     robot.add_argument("--controller-config", type=Path, help="controller.yaml (joints, limits)")
@@ -466,6 +543,7 @@ def run(args: argparse.Namespace) -> int:
             options=options,
             cameras=dict(args.camera),
             action_space=args.action_space,
+            state_space=args.state_space,
             force=args.force,
         )
     except VlaEdgeError as exc:
@@ -476,6 +554,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{policy.path}: {policy.architecture} from {policy.source['layout']} layout")
     print(f"  cameras: {policy.cameras}")
     print(f"  action space: {space['kind']} ({space.get('units', '-')}) on dims {space['indices']}")
+    print(f"  state space: {policy.state_space['kind']}")
     print(f"  normalisation: {norm['kind']} (epsilon {norm['epsilon']:g})")
     print(f"  chunk: {policy.chunk_horizon} steps every {policy.dt_action_s} s")
     return 0

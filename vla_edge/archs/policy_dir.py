@@ -27,6 +27,8 @@ reads and validates it::
       resize: pad                          # aspect kept, centred on zeros (openpi);
                                            # pad_top_left: zeros left and top (LeRobot SmolVLA)
     action_space: {kind: joint_position, policy_dim: 32, indices: [...], ...}
+    state_space: {kind: joint_position}    # or eef_pose (openpi LIBERO's 8-D state);
+                                           # absent: joint_position (vla_edge.actions.state)
     normalisation:                         # the export manifest's field names
       kind: mean_std                       # or quantile; per_part when state and actions differ
       epsilon: 1.0e-06
@@ -42,7 +44,11 @@ reads and validates it::
     source: {layout: openpi, path: ..., weights_sha256: ..., asset_id: ..., stats_file: ...}
 
 The statistics keep the checkpoint's own lengths; :meth:`PolicyDir.manifest_normalisation`
-cuts or pads them to the robot's ``N`` dimensions the way the export manifest wants them.
+cuts or pads each part to its width the way the export manifest wants them: the state to
+the state space's (the robot's ``N`` joints for ``joint_position``; ``eef_pose``'s 8, which
+the import checked), the actions to the action space's (:attr:`PolicyDir.action_width`).
+``state_space`` is checked here for its shape only; its meaning by ``vla-edge import`` and
+the runner (:class:`vla_edge.actions.StateSpace`), which this layer does not import.
 """
 
 from __future__ import annotations
@@ -424,6 +430,8 @@ class PolicyDir:
     prompt: dict[str, Any]
     weights: dict[str, Any]
     source: dict[str, Any]
+    state_space: dict[str, Any]
+    """``{"kind": "joint_position"}`` when ``policy.yaml`` has none."""
 
     @property
     def cameras(self) -> dict[str, str | None]:
@@ -445,11 +453,33 @@ class PolicyDir:
         """A Hugging Face tokenizer's directory (``AutoTokenizer.from_pretrained``), or None."""
         return self.path / self.tokenizer["dir"] if "dir" in self.tokenizer else None
 
-    def manifest_normalisation(self, n: int) -> dict[str, Any]:
-        """The section cut (or padded with identity statistics) to ``n`` dimensions.
+    @property
+    def action_width(self) -> int:
+        """The action space's width: one past the highest output dimension it reads.
 
-        The export manifest normalises the first ``N = len(joint_names)`` dimensions of
-        the state and of the chunk with one kind.
+        (``len(joint_names)`` for a space that names none, which the import refuses.)
+        """
+        space = self.action_space
+        gripper = space.get("gripper") or {}
+        used = [*space.get("indices", []), *([gripper["index"]] if "index" in gripper else [])]
+        return 1 + max(int(i) for i in used) if used else len(self.joint_names)
+
+    @property
+    def state_width(self) -> int:
+        """The state's width: the robot's joints for ``joint_position``, else the statistics'."""
+        if self.state_space.get("kind") == "joint_position":
+            return len(self.joint_names)
+        state = self.normalisation["state"]
+        return len(state[SECTION_STATS[state["kind"]][0]])
+
+    def manifest_normalisation(
+        self, state_dim: int | None = None, action_dim: int | None = None
+    ) -> dict[str, Any]:
+        """The section with each part cut (or padded with identity statistics) to its width.
+
+        Args:
+            state_dim: the state's width (default :attr:`state_width`).
+            action_dim: the actions' width (default :attr:`action_width`).
 
         Raises:
             NormStatsError: the state and the actions are normalised with different kinds.
@@ -460,22 +490,24 @@ class PolicyDir:
                 f"{self.path / POLICY_FILE}: normalisation.kind = {section['kind']!r}: the "
                 "state and the actions use different kinds, one manifest section cannot hold them"
             )
+        state_dim = self.state_width if state_dim is None else state_dim
+        action_dim = self.action_width if action_dim is None else action_dim
         identity = {"mean": 0.0, "std": 1.0, "q01": -1.0, "q99": 1.0}
 
-        def cut(part: Mapping[str, Any]) -> dict[str, list[float]]:
+        def cut(part: Mapping[str, Any], n: int) -> dict[str, list[float]]:
             return {
                 k: [*v[:n], *[identity[k]] * max(0, n - len(v))]
                 for k, v in part.items()
                 if k in identity
             }
 
-        delta = list(section["delta_actions"][:n])
+        delta = list(section["delta_actions"][:action_dim])
         return {
             "kind": section["kind"],
             "epsilon": section["epsilon"],
-            "state": cut(section["state"]),
-            "actions": cut(section["actions"]),
-            "delta_actions": delta + [False] * (n - len(delta)),
+            "state": cut(section["state"], state_dim),
+            "actions": cut(section["actions"], action_dim),
+            "delta_actions": delta + [False] * (action_dim - len(delta)),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -489,6 +521,7 @@ class PolicyDir:
             "joint_names": list(self.joint_names),
             "images": self.images,
             "action_space": self.action_space,
+            "state_space": self.state_space,
             "normalisation": self.normalisation,
             "tokenizer": self.tokenizer,
             "prompt": self.prompt,
@@ -573,6 +606,12 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
             f"{where}: prompt.format = {prompt.get('format')!r}, expected one of {PROMPT_FORMATS}"
         )
     weights = _require(data, "weights", dict, where)
+    state_space = data.get("state_space", {"kind": "joint_position"})
+    if not isinstance(state_space, dict) or not isinstance(state_space.get("kind"), str):
+        raise PolicyDirError(
+            f"{where}: state_space = {state_space!r}: expected a mapping with a kind "
+            "(joint_position, eef_pose)"
+        )
     for entry, what in ((weights, "weights"), (tokenizer, "tokenizer")):
         file = path / str(entry.get("file"))
         if not file.is_file():
@@ -591,6 +630,7 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
         prompt=prompt,
         weights=weights,
         source=_require(data, "source", dict, where),
+        state_space=state_space,
     )
 
 

@@ -29,14 +29,17 @@ own tensors, so one runner per backend runs any architecture::
      "cameras", "image_height", "image_width",
      "source": {...}, "exporter": {...},
      "action_space": {...},   # optional: the policy directory's, see below
+     "state_space": {...},    # optional: the policy directory's, see below
      ...architecture-specific fields}
 
 An input's ``source`` is ``host:<name>`` (a tensor the runner's numpy
 preprocessing makes, :data:`HOST_INPUTS`, declared in ``host``) or
 ``stage:<stage>.<output>`` (an output of an earlier stage in
 ``stage_order``). ``output`` names the stage output decoded into the chunk:
-``[1, H, A]`` normalised actions of which the first ``N = len(joint_names)``
-dimensions are used (a model padded to ``A`` ignores the rest).
+``[1, H, action_dim]`` normalised actions of which the first ``A`` are used, as
+many as ``normalisation.actions`` has statistics (a model padded to
+``action_dim`` ignores the rest): ``N = len(joint_names)`` without an
+``action_space``, the action space's width with one.
 
 ``action_space`` (optional; a ``vla-edge import`` policy directory's section,
 copied as is) says what the output's dimensions mean (``joint_position``,
@@ -48,6 +51,13 @@ its end-effector site and arm joints. Only its shape is checked here (this
 layer may not import :mod:`vla_edge.actions`); the runner validates it against
 the robot when it is built. Without it the first ``N`` decoded dimensions are
 the joint positions.
+
+``state_space`` (optional, the policy directory's; absent: ``joint_position``)
+says what the state input is (:class:`vla_edge.actions.StateSpace`):
+``joint_position``, the robot's ``N`` joints, or ``eef_pose``, openpi LIBERO's
+8-D end-effector pose, which adds ``state_space.kinematics`` as above. The
+state statistics have the state's width (``N`` for ``joint_position``); the
+runner checks it against the kind.
 
 ``host.token_ids.prompt`` says what text the tokenizer encodes
 (:data:`PROMPT_FORMATS`): ``instruction`` (the instruction as is; a
@@ -347,19 +357,31 @@ def validate_manifest(directory: Path, data: Any) -> Manifest:
         raise ManifestMismatchError(
             f"{where}: field cameras = {data['cameras']} must be non-empty and unique"
         )
+    _validate_action_space(where, data)
+    _validate_state_space(where, data)
+    joint_state = data.get("state_space", {}).get("kind", "joint_position") == "joint_position"
     try:
-        codec = codec_from_section(data["normalisation"], n)
+        codec = codec_from_section(
+            data["normalisation"],
+            state_dim=n if joint_state else None,
+            action_dim=None if "action_space" in data else n,
+        )
     except ManifestMismatchError as exc:
         raise ManifestMismatchError(f"{where}: {exc}") from exc
-    _validate_action_space(where, data)
-    host = _validate_host(where, directory, data)
+    if codec.action_dim > a:
+        raise ManifestMismatchError(
+            f"{where}: field normalisation.actions has {codec.action_dim} statistics, expected "
+            f"<= action_dim = {a} (the model's output width)"
+        )
+    host = _validate_host(where, directory, data, codec.state_dim)
     stages = _validate_stages(where, directory, data, host)
     _validate_output(where, data, stages)
     return Manifest(directory=directory, data=data, stages=stages, host=host, codec=codec)
 
 
 KINEMATICS_FIELDS = ("mjcf", "site", "joints")
-"""``action_space.kinematics``: the robot model, its end-effector site, its arm joints."""
+"""``action_space.kinematics`` / ``state_space.kinematics``: the robot model, its
+end-effector site, its arm joints."""
 
 
 def _validate_action_space(where: str, data: dict[str, Any]) -> None:
@@ -367,12 +389,29 @@ def _validate_action_space(where: str, data: dict[str, Any]) -> None:
 
     Its meaning is checked by the runner (:class:`vla_edge.actions.ActionSpace`).
     """
-    if "action_space" not in data:
+    _validate_space(where, data, "action_space")
+
+
+def _validate_state_space(where: str, data: dict[str, Any]) -> None:
+    """The optional ``state_space`` is an object with a ``kind``, and kinematics as above.
+
+    Its meaning is checked by the runner (:class:`vla_edge.actions.StateSpace`).
+    """
+    _validate_space(where, data, "state_space")
+    if "state_space" in data and not isinstance(data["state_space"].get("kind"), str):
+        raise ManifestMismatchError(
+            f"{where}: field state_space.kind = {data['state_space'].get('kind')!r}, expected "
+            "a string (joint_position, eef_pose)"
+        )
+
+
+def _validate_space(where: str, data: dict[str, Any], name: str) -> None:
+    if name not in data:
         return
-    section = data["action_space"]
+    section = data[name]
     if not isinstance(section, dict):
         raise ManifestMismatchError(
-            f"{where}: field action_space = {section!r} has type {type(section).__name__}, "
+            f"{where}: field {name} = {section!r} has type {type(section).__name__}, "
             "expected object"
         )
     if "kinematics" not in section:
@@ -380,7 +419,7 @@ def _validate_action_space(where: str, data: dict[str, Any]) -> None:
     kin = section["kinematics"]
     if not isinstance(kin, dict) or sorted(kin) != sorted(KINEMATICS_FIELDS):
         raise ManifestMismatchError(
-            f"{where}: field action_space.kinematics = {kin!r}, expected an object with "
+            f"{where}: field {name}.kinematics = {kin!r}, expected an object with "
             f"exactly {list(KINEMATICS_FIELDS)}"
         )
     joints = kin["joints"]
@@ -394,7 +433,7 @@ def _validate_action_space(where: str, data: dict[str, Any]) -> None:
         or not all(isinstance(j, str) for j in joints)
     ):
         raise ManifestMismatchError(
-            f"{where}: field action_space.kinematics = {kin!r}: mjcf and site must be "
+            f"{where}: field {name}.kinematics = {kin!r}: mjcf and site must be "
             "non-empty strings, joints a non-empty list of joint names"
         )
 
@@ -432,7 +471,9 @@ def _expect_shape(where: str, field: str, spec: TensorSpec, shape: tuple, dtype:
         )
 
 
-def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[str, TensorSpec]:
+def _validate_host(
+    where: str, directory: Path, data: dict[str, Any], state_dim: int
+) -> dict[str, TensorSpec]:
     raw = data["host"]
     unknown = sorted(set(raw) - set(HOST_INPUTS))
     if unknown:
@@ -442,7 +483,7 @@ def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[st
     if "images" not in raw:
         raise ManifestMismatchError(f"{where}: field host.images is missing")
     host = {name: _tensor_spec(where, f"host.{name}", raw[name], name) for name in raw}
-    h, a, n = data["chunk_horizon"], data["action_dim"], len(data["joint_names"])
+    h, a = data["chunk_horizon"], data["action_dim"]
     images = raw["images"]
     slots = images.get("slots")
     if not isinstance(slots, list) or not slots:
@@ -541,10 +582,10 @@ def _validate_host(where: str, directory: Path, data: dict[str, Any]) -> dict[st
             )
     if "state" in host:
         state = host["state"]
-        if len(state.shape) != 2 or state.shape[0] != 1 or state.shape[1] < n:
+        if len(state.shape) != 2 or state.shape[0] != 1 or state.shape[1] < state_dim:
             raise ManifestMismatchError(
-                f"{where}: field host.state.shape = {list(state.shape)}, expected [1, S] with "
-                f"S >= {n} (joint_names; padded with zeros)"
+                f"{where}: field host.state.shape = {list(state.shape)}, expected [1, W] with "
+                f"W >= {state_dim} (the state statistics; padded with zeros)"
             )
         _expect_shape(where, "host.state", state, state.shape, "float32", "host.state")
     why = "chunk_horizon and action_dim"

@@ -1,22 +1,26 @@
 """The manifest's ``normalisation`` section and the numpy codec it declares (no torch).
 
 Each architecture brings its own formula and epsilon; the runners apply the one
-the manifest declares, in float64, to the first ``N = len(joint_names)``
-dimensions of the state and of the chunk:
+the manifest declares, in float64, to the state and to the first dimensions of
+the chunk, each part at its own width: the state at its state space's ``S``
+(``N = len(joint_names)`` for joint positions, 8 for openpi LIBERO's end-effector
+pose), the chunk at ``A`` (``N`` without an action space, the action space's width
+with one):
 
 * ``mean_std``: ``(x - mean) / (std + epsilon)``, inverse ``x * (std + epsilon) + mean``
   (the bundled model: epsilon 0; openpi's π0: 1e-6);
 * ``quantile``: ``(x - q01) / (q99 - q01 + epsilon) * 2 - 1``, inverse
   ``(x + 1) / 2 * (q99 - q01 + epsilon) + q01`` (openpi's π0.5).
 
-``delta_actions[j]`` makes dimension ``j`` of the chunk relative to the state
-before normalising (and absolute again after decoding); ``actions.low`` /
-``actions.high``, when given, clip the decoded absolute targets. Section::
+``delta_actions[j]`` makes dimension ``j`` of the chunk relative to state
+dimension ``j`` before normalising (and absolute again after decoding), as
+openpi's ``DeltaActions`` does, so ``j < S``; ``actions.low`` / ``actions.high``,
+when given, clip the decoded absolute targets. Section::
 
     {"kind": "mean_std", "epsilon": 0.0,
-     "state": {"mean": [N], "std": [N]},
-     "actions": {"mean": [N], "std": [N], "low": [N], "high": [N]},
-     "delta_actions": [N bools]}
+     "state": {"mean": [S], "std": [S]},
+     "actions": {"mean": [A], "std": [A], "low": [A], "high": [A]},
+     "delta_actions": [A bools]}
 
 (``quantile``: ``q01`` and ``q99`` in place of ``mean`` and ``std``.)
 """
@@ -67,30 +71,53 @@ class HostCodec:
             return x * (stats["std"] + self.epsilon) + stats["mean"]
         return (x + 1.0) / 2.0 * (stats["q99"] - stats["q01"] + self.epsilon) + stats["q01"]
 
+    @property
+    def state_dim(self) -> int:
+        """``S``: the state statistics' width."""
+        return int(next(iter(self.state.values())).size)
+
+    @property
+    def action_dim(self) -> int:
+        """``A``: the action statistics' width."""
+        return int(self.delta_mask.size)
+
+    def _offset(self, state: np.ndarray) -> np.ndarray:
+        """``[..., A]``: the state on the delta dimensions, 0 elsewhere.
+
+        The state's first ``A`` dimensions (``S >= A``) or the state padded with zeros
+        (``S < A``; :func:`codec_from_section` refuses a delta dimension ``>= S``).
+        """
+        state = np.asarray(state, dtype=np.float64)
+        extra = state.shape[-1] - self.action_dim
+        if extra > 0:
+            state = state[..., : self.action_dim]
+        elif extra < 0:
+            state = np.concatenate([state, np.zeros((*state.shape[:-1], -extra))], axis=-1)
+        return np.where(self.delta_mask, state, 0.0)
+
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
-        """``[..., N]`` state -> normalised state (float32)."""
+        """``[..., S]`` state -> normalised state (float32)."""
         return self._forward(np.asarray(state, dtype=np.float64), self.state).astype(np.float32)
 
     def to_relative(self, actions: np.ndarray, state: np.ndarray) -> np.ndarray:
-        """Subtract the state from the delta dimensions of a chunk ``[..., H, N]``."""
-        offset = np.where(self.delta_mask, np.asarray(state, dtype=np.float64), 0.0)
-        return np.asarray(actions, dtype=np.float64) - offset[..., None, :]
+        """Subtract the state from the delta dimensions of a chunk ``[..., H, A]``."""
+        return np.asarray(actions, dtype=np.float64) - self._offset(state)[..., None, :]
 
     def encode_actions(self, actions: np.ndarray, state: np.ndarray) -> np.ndarray:
-        """Absolute chunk ``[..., H, N]`` with state ``[..., N]`` -> normalised chunk (float32)."""
+        """Absolute chunk ``[..., H, A]`` with state ``[..., S]`` -> normalised chunk (float32)."""
         return self._forward(self.to_relative(actions, state), self.actions).astype(np.float32)
 
     def decode_actions(self, actions_norm: np.ndarray, state: np.ndarray) -> np.ndarray:
-        """Normalised chunk ``[..., H, N]`` with state ``[..., N]`` -> absolute chunk (float64)."""
+        """Normalised chunk ``[..., H, A]`` with state ``[..., S]`` -> absolute chunk (float64)."""
         rel = self._inverse(np.asarray(actions_norm, dtype=np.float64), self.actions)
-        offset = np.where(self.delta_mask, np.asarray(state, dtype=np.float64), 0.0)
-        actions = rel + offset[..., None, :]
+        actions = rel + self._offset(state)[..., None, :]
         if self.low is not None and self.high is not None:
             actions = np.clip(actions, self.low, self.high)
         return actions
 
 
-def _vector(section: dict[str, Any], field: str, key: str, n: int) -> np.ndarray:
+def _vector(section: dict[str, Any], field: str, key: str, n: int | None, why: str) -> np.ndarray:
+    """``section[key]``: finite, ``n`` long (``None``: any non-empty length)."""
     if key not in section:
         raise ManifestMismatchError(f"field normalisation.{field}.{key} is missing")
     try:
@@ -99,10 +126,10 @@ def _vector(section: dict[str, Any], field: str, key: str, n: int) -> np.ndarray
         raise ManifestMismatchError(
             f"field normalisation.{field}.{key} is not a list of numbers: {exc}"
         ) from exc
-    if arr.shape != (n,):
+    if arr.ndim != 1 or arr.size == 0 or (n is not None and arr.shape != (n,)):
+        expected = f"({n},)" if n is not None else "(S,) with S >= 1"
         raise ManifestMismatchError(
-            f"field normalisation.{field}.{key} has shape {arr.shape}, expected ({n},) "
-            "(one per joint_names entry)"
+            f"field normalisation.{field}.{key} has shape {arr.shape}, expected {expected} ({why})"
         )
     if not np.all(np.isfinite(arr)):
         raise ManifestMismatchError(
@@ -111,8 +138,13 @@ def _vector(section: dict[str, Any], field: str, key: str, n: int) -> np.ndarray
     return arr
 
 
-def codec_from_section(section: Any, n: int) -> HostCodec:
-    """Validate a manifest's ``normalisation`` section for ``n`` used dimensions.
+def codec_from_section(section: Any, *, state_dim: int | None, action_dim: int | None) -> HostCodec:
+    """Validate a manifest's ``normalisation`` section; each part at its own width.
+
+    Args:
+        state_dim: the state's ``S`` (``None``: the statistics' own length).
+        action_dim: the chunk's ``A`` (``None``: the statistics' own length); every
+            vector of a part, and ``delta_actions``, must have that part's length.
 
     Raises:
         ManifestMismatchError: naming the field (``normalisation.kind``,
@@ -137,16 +169,18 @@ def codec_from_section(section: Any, n: int) -> HostCodec:
         )
     lo_name, hi_name = _STAT_NAMES[kind]
     stats: dict[str, dict[str, np.ndarray]] = {}
+    widths = {"state": state_dim, "actions": action_dim}
+    why = {
+        "state": "one per state dimension: the joints, or the state space's",
+        "actions": "one per action dimension: the joints, or the action space's",
+    }
     for part in ("state", "actions"):
         raw = section.get(part)
         if not isinstance(raw, dict):
             raise ManifestMismatchError(f"field normalisation.{part} is missing")
-        values = {key: _vector(raw, part, key, n) for key in (lo_name, hi_name)}
-        width = (
-            values[hi_name] + epsilon
-            if kind == "mean_std"
-            else values[hi_name] - values[lo_name] + epsilon
-        )
+        lo = _vector(raw, part, lo_name, widths[part], why[part])
+        hi = _vector(raw, part, hi_name, lo.size, f"as long as {part}.{lo_name}")
+        width = hi + epsilon if kind == "mean_std" else hi - lo + epsilon
         if np.any(width <= 0.0):
             what = (
                 f"{hi_name} + epsilon" if kind == "mean_std" else f"{hi_name} - {lo_name} + epsilon"
@@ -154,21 +188,29 @@ def codec_from_section(section: Any, n: int) -> HostCodec:
             raise ManifestMismatchError(
                 f"field normalisation.{part}: {what} = {width.tolist()} must be > 0"
             )
-        stats[part] = values
+        stats[part] = {lo_name: lo, hi_name: hi}
+    n_state, n_actions = stats["state"][lo_name].size, stats["actions"][lo_name].size
     delta = section.get("delta_actions")
     if (
         not isinstance(delta, list)
-        or len(delta) != n
+        or len(delta) != n_actions
         or not all(isinstance(d, bool) for d in delta)
     ):
         raise ManifestMismatchError(
-            f"field normalisation.delta_actions = {delta!r}, expected {n} booleans "
-            "(one per joint_names entry)"
+            f"field normalisation.delta_actions = {delta!r}, expected {n_actions} booleans "
+            "(one per action statistic)"
+        )
+    beyond = [j for j, d in enumerate(delta) if d and j >= n_state]
+    if beyond:
+        raise ManifestMismatchError(
+            f"field normalisation.delta_actions: dimensions {beyond} are relative to the state, "
+            f"which has {n_state} dimensions"
         )
     low = high = None
     actions = section["actions"]
     if "low" in actions or "high" in actions:
-        low, high = (_vector(actions, "actions", k, n) for k in ("low", "high"))
+        why_clip = f"as long as actions.{lo_name}"
+        low, high = (_vector(actions, "actions", k, n_actions, why_clip) for k in ("low", "high"))
         if np.any(low > high):
             raise ManifestMismatchError(
                 f"field normalisation.actions.low = {low.tolist()} must be <= "

@@ -21,8 +21,10 @@ manifest as openpi's inference pipeline does it
 * ``normalisation``: π0 ``mean_std``, π0.5 ``quantile`` (openpi:
   ``use_quantile_norm = model_type != PI0``), epsilon 1e-6, the checkpoint's
   statistics cut to the robot's ``N`` dimensions (openpi slices them to the
-  data's width);
-* ``output``: ``action_head.actions`` ``[1, H, 32]``, the first ``N`` decoded.
+  data's width); a policy directory's state at its state space's width and its
+  actions at its action space's;
+* ``output``: ``action_head.actions`` ``[1, H, 32]``, the first ``N`` decoded
+  (a policy directory's: as many as it has action statistics).
 
 :func:`export_pi0` exports the three programs and writes ``manifest.json``
 with the tokenizer beside them.
@@ -334,6 +336,33 @@ def export_pi0(
     )
 
 
+def manifest_kinematics(
+    joint_names: Sequence[str],
+    robot_mjcf: str | Path = TABLETOP_MJCF,
+    ee_site: str = TABLETOP_EE_SITE,
+    arm_joints: Sequence[str] | None = None,
+    gripper_joint: str = GRIPPER_JOINT,
+) -> dict[str, Any]:
+    """``kinematics = {"mjcf", "site", "joints"}`` of an ``eef_delta`` / ``eef_pose`` space.
+
+    The robot model is kept as given (a path relative to the package root, the default
+    the tabletop arm's ``sim/tabletop/tabletop.xml``, or an absolute path), then the
+    end-effector site and the arm joints (default: ``joint_names`` without the gripper).
+    The runner checks them against the robot when it is built.
+    """
+    joints = (
+        list(arm_joints)
+        if arm_joints is not None
+        else [j for j in joint_names if j != gripper_joint]
+    )
+    mjcf = Path(robot_mjcf)
+    return {
+        "mjcf": str(mjcf.resolve()) if mjcf.is_absolute() else mjcf.as_posix(),
+        "site": str(ee_site),
+        "joints": joints,
+    }
+
+
 def manifest_action_space(
     action_space: Mapping[str, Any],
     joint_names: Sequence[str],
@@ -343,26 +372,32 @@ def manifest_action_space(
 ) -> dict[str, Any]:
     """The manifest's ``action_space``: the policy directory's, plus ``eef_delta``'s kinematics.
 
-    An ``eef_delta`` space gets ``kinematics = {"mjcf", "site", "joints"}``: the
-    robot model (kept as given: a path relative to the package root, the default
-    the tabletop arm's ``sim/tabletop/tabletop.xml``, or an absolute path), the
-    end-effector site, and the arm joints (default: ``joint_names`` without the
-    gripper). The runner checks them against the robot when it is built.
+    An ``eef_delta`` space gets :func:`manifest_kinematics`.
     """
     section = dict(action_space)
-    if section.get("kind") != "eef_delta":
-        return section
-    joints = (
-        list(arm_joints)
-        if arm_joints is not None
-        else [j for j in joint_names if j != GRIPPER_JOINT]
-    )
-    mjcf = Path(robot_mjcf)
-    section["kinematics"] = {
-        "mjcf": str(mjcf.resolve()) if mjcf.is_absolute() else mjcf.as_posix(),
-        "site": str(ee_site),
-        "joints": joints,
-    }
+    if section.get("kind") == "eef_delta":
+        section["kinematics"] = manifest_kinematics(joint_names, robot_mjcf, ee_site, arm_joints)
+    return section
+
+
+def manifest_state_space(
+    state_space: Mapping[str, Any],
+    joint_names: Sequence[str],
+    robot_mjcf: str | Path = TABLETOP_MJCF,
+    ee_site: str = TABLETOP_EE_SITE,
+    arm_joints: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The manifest's ``state_space``: the policy directory's, plus ``eef_pose``'s kinematics.
+
+    An ``eef_pose`` space gets :func:`manifest_kinematics` (the arm joints default to
+    ``joint_names`` without its ``gripper_joint``).
+    """
+    section = dict(state_space)
+    if section.get("kind") == "eef_pose":
+        gripper = str(section.get("gripper_joint", GRIPPER_JOINT))
+        section["kinematics"] = manifest_kinematics(
+            joint_names, robot_mjcf, ee_site, arm_joints, gripper
+        )
     return section
 
 
@@ -382,13 +417,14 @@ def export_policy_dir(
 
     The weights and the tokenizer are checked against ``policy.yaml``'s hashes;
     the manifest takes the directory's joint names, camera map, ``dt_action_s``,
-    normalisation (cut to the robot's dimensions) and action space
-    (:func:`manifest_action_space`: an ``eef_delta`` one with the kinematics).
+    normalisation (each part at its space's width), action space
+    (:func:`manifest_action_space`: an ``eef_delta`` one with the kinematics) and state
+    space (:func:`manifest_state_space`: an ``eef_pose`` one with the kinematics).
 
     Args:
         flow_steps: Euler steps ``K`` built into the action head (default: the config's).
-        robot_mjcf, ee_site, arm_joints: ``eef_delta``'s kinematics (see
-            :func:`manifest_action_space`); ignored by the other kinds.
+        robot_mjcf, ee_site, arm_joints: ``eef_delta``'s and ``eef_pose``'s kinematics
+            (see :func:`manifest_kinematics`); ignored by the other kinds.
 
     Raises:
         ConfigError: the directory holds another architecture, or its prompt or
@@ -419,8 +455,8 @@ def export_policy_dir(
         )
     model = Pi0Model(config).eval()
     load_pi0_weights(policy, model)
-    n = len(policy.joint_names)
     source = policy_dir_source(path, policy)
+    robot = (policy.joint_names, robot_mjcf, ee_site, arm_joints)
     return export_pi0(
         model,
         out_dir,
@@ -430,12 +466,11 @@ def export_policy_dir(
         joint_names=policy.joint_names,
         camera_map=policy.cameras,
         dt_action_s=policy.dt_action_s,
-        normalisation=policy.manifest_normalisation(n),
+        normalisation=policy.manifest_normalisation(),
         source=source,
         extra={
-            "action_space": manifest_action_space(
-                policy.action_space, policy.joint_names, robot_mjcf, ee_site, arm_joints
-            )
+            "action_space": manifest_action_space(policy.action_space, *robot),
+            "state_space": manifest_state_space(policy.state_space, *robot),
         },
         log=log,
     )

@@ -22,8 +22,10 @@ LeRobot's inference pipeline does it
   ``max_action_dim``: 32): the robot's ``N`` dimensions first, zeros after (LeRobot's
   ``pad_vector``);
 * ``normalisation``: LeRobot's ``MEAN_STD`` (SmolVLA's default ``normalization_mapping``)
-  with LeRobot's epsilon, :data:`NORM_EPSILON`, cut to the robot's ``N`` dimensions;
-* ``output``: ``action_head.actions`` ``[1, chunk_size, 32]``, the first ``N`` decoded.
+  with LeRobot's epsilon, :data:`NORM_EPSILON`, cut to the robot's ``N`` dimensions (a
+  policy directory's: each part at its state or action space's width);
+* ``output``: ``action_head.actions`` ``[1, chunk_size, 32]``, the first ``N`` decoded
+  (a policy directory's: as many as it has action statistics).
 
 Departures from LeRobot, each named once:
 
@@ -230,9 +232,10 @@ def smolvla_contract(
     """The manifest's fields besides the stages and the exporter (see the module docstring).
 
     Args:
-        normalisation: the manifest's section for the robot's ``N`` dimensions
-            (:func:`lerobot_normalisation`, or a policy directory's
-            ``manifest_normalisation(N)``).
+        normalisation: the manifest's section, each part at its own width
+            (:func:`lerobot_normalisation`: the robot's ``N`` dimensions, or a policy
+            directory's ``manifest_normalisation()``); checked against the joints and
+            the spaces when the manifest is written.
 
     Raises:
         CameraMapError: a bad camera map.
@@ -246,7 +249,7 @@ def smolvla_contract(
         )
     slots = image_slots(config, camera_map)
     try:
-        codec_from_section(dict(normalisation), n)
+        codec_from_section(dict(normalisation), state_dim=None, action_dim=None)
     except ManifestMismatchError as exc:
         raise ConfigError(f"normalisation: {exc}") from exc
     size, h, a = config.vision.image_size, config.chunk_size, config.action_dim
@@ -550,13 +553,13 @@ def export_policy_dir(
 
     The weights and the tokenizer are checked against ``policy.yaml``'s hashes; the
     manifest takes the directory's joint names, camera map, ``dt_action_s``, normalisation
-    (cut to the robot's dimensions) and action space (an ``eef_delta`` one with the
-    kinematics, :func:`vla_edge.export.pi0.manifest_action_space`).
+    (each part at its space's width), action space and state space (an ``eef_delta`` /
+    ``eef_pose`` one with the kinematics, :func:`vla_edge.export.pi0.manifest_kinematics`).
 
     Args:
         flow_steps: Euler steps ``K`` built into the action head (default: the config's).
-        robot_mjcf, ee_site, arm_joints: ``eef_delta``'s kinematics (default: the tabletop
-            arm's); ignored by the other kinds.
+        robot_mjcf, ee_site, arm_joints: ``eef_delta``'s and ``eef_pose``'s kinematics
+            (default: the tabletop arm's); ignored by the other kinds.
 
     Raises:
         ConfigError: the directory holds another architecture, or its prompt or image
@@ -565,7 +568,12 @@ def export_policy_dir(
     """
     from vla_edge.archs.policy_dir import load_policy_dir
     from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
-    from vla_edge.export.pi0 import TABLETOP_EE_SITE, TABLETOP_MJCF, manifest_action_space
+    from vla_edge.export.pi0 import (
+        TABLETOP_EE_SITE,
+        TABLETOP_MJCF,
+        manifest_action_space,
+        manifest_state_space,
+    )
     from vla_edge.export.pipeline import policy_dir_source
 
     policy = load_policy_dir(path, verify_sha256=True)
@@ -591,10 +599,8 @@ def export_policy_dir(
         raise ConfigError(f"{path}: tokenizer = {policy.tokenizer!r}: needs a tokenizer dir")
     model = SmolVLAModel(config).eval()
     load_smolvla_weights(policy, model)
-    n = len(policy.joint_names)
     source = policy_dir_source(path, policy)
-    action_space = manifest_action_space(
-        policy.action_space,
+    robot = (
         policy.joint_names,
         TABLETOP_MJCF if robot_mjcf is None else robot_mjcf,
         TABLETOP_EE_SITE if ee_site is None else ee_site,
@@ -609,8 +615,11 @@ def export_policy_dir(
         joint_names=policy.joint_names,
         camera_map=policy.cameras,
         dt_action_s=policy.dt_action_s,
-        normalisation=policy.manifest_normalisation(n),
+        normalisation=policy.manifest_normalisation(),
         source=source,
-        extra={"action_space": action_space},
+        extra={
+            "action_space": manifest_action_space(policy.action_space, *robot),
+            "state_space": manifest_state_space(policy.state_space, *robot),
+        },
         log=log,
     )

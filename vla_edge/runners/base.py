@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, runtime_checkable
 
 import numpy as np
@@ -62,6 +62,49 @@ class RunnerSpec:
         return self.model_action_dim if self.model_action_dim is not None else self.action_dim
 
 
+@dataclass(frozen=True)
+class NativeSpec:
+    """The policy's own input and output, which a runner's native path takes and returns.
+
+    A runner whose policy reads a state other than the robot's joints (openpi
+    LIBERO's end-effector pose) has one (:meth:`ExportedRunner.infer_native
+    <vla_edge.runners.exported.ExportedRunner.infer_native>`): the state in, the
+    un-normalised actions out, both in the policy's units.
+
+    Attributes:
+        state_space: the state space's kind (``eef_pose``).
+        state_names: each state dimension's name, in order.
+        action_dim: the width of the policy's own actions (openpi LIBERO: 7).
+    """
+
+    state_space: str
+    state_names: tuple[str, ...]
+    action_dim: int
+
+    @property
+    def state_dim(self) -> int:
+        """``S``."""
+        return len(self.state_names)
+
+
+@dataclass
+class PolicyChunk:
+    """``H`` steps of a policy's own actions, computed from the observation at ``t_obs_s``.
+
+    Attributes:
+        t_obs_s: stamp of the observation it was computed from.
+        dt_action_s: time between two steps.
+        actions: ``[H, A]`` float64, un-normalised: the policy's units (openpi LIBERO:
+            end-effector delta 6 and gripper 1), not joint targets.
+        timings_ms: per-stage wall time of the inference that produced it.
+    """
+
+    t_obs_s: float
+    dt_action_s: float
+    actions: np.ndarray
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
 @runtime_checkable
 class Runner(Protocol):
     """Turns an observation into an action chunk stamped with the observation time."""
@@ -94,6 +137,22 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Release resources."""
+        ...
+
+
+@runtime_checkable
+class NativeRunner(Runner, Protocol):
+    """A ``Runner`` that also runs the policy in its own units (state in, actions out)."""
+
+    native_spec: NativeSpec
+
+    def infer_native(self, obs: Observation, noise: np.ndarray | None = None) -> PolicyChunk:
+        """The policy's own actions for ``obs``, whose state is the policy's own state.
+
+        Raises:
+            InvalidObservationError: a bad image or instruction, or a state that is not
+                ``native_spec.state_dim`` finite numbers.
+        """
         ...
 
 

@@ -8,12 +8,16 @@ tensors), opens each stage with the runtime the manifest names for it
 backends), checks every program's real inputs and outputs against the
 manifest, and then, per observation:
 
-1. makes the host tensors the stages read (``host:<name>``) with the numpy
-   preprocessing of :mod:`vla_edge.runners.preprocess` and the declared
-   normalisation (images fitted to the model's size as declared, in their
-   slots and pixel range; the prompt tokenized as declared,
-   :mod:`vla_edge.runners.tokenizers`; the normalised state padded to the
-   model's width, the noise and the executed prefix);
+1. makes the policy's state from the observed joints as the manifest's
+   ``state_space`` declares (:class:`~vla_edge.actions.StateAdapter`: the
+   joints themselves, or ``eef_pose``'s end-effector pose by forward
+   kinematics of the manifest's robot model), and the host tensors the stages
+   read (``host:<name>``) with the numpy preprocessing of
+   :mod:`vla_edge.runners.preprocess` and the declared normalisation (images
+   fitted to the model's size as declared, in their slots and pixel range; the
+   prompt tokenized as declared, :mod:`vla_edge.runners.tokenizers`; the
+   normalised state padded with zeros to the model's width, the noise and the
+   executed prefix);
 2. runs the stages in ``stage_order``, feeding each input from its source; a
    ``per_instruction`` stage runs once per new instruction and its outputs are
    cached, and so are the token ids unless the prompt holds the state
@@ -21,8 +25,14 @@ manifest, and then, per observation:
 3. decodes the declared ``output``'s first ``len(joint_names)`` dimensions
    into absolute joint targets, or, when the manifest declares an
    ``action_space`` (a ``vla-edge import`` policy directory's), un-normalises
-   them into the policy's own units and turns those into joint targets with
+   its first ``A`` (as many as the action statistics) into the policy's own
+   units and turns those into joint targets with
    :class:`~vla_edge.actions.ActionAdapter`.
+
+:meth:`ExportedRunner.infer_native` is the policy without the robot: it takes
+the policy's own state (``eef_pose``'s 8 dimensions, say) and returns the
+un-normalised ``[H, A]`` actions in the policy's units, as openpi's policy
+server does (``vla-edge serve`` answers openpi's LIBERO client with it).
 
 With an action space, the chunk keeps the observation's stamp and step ``i`` is
 the target at ``t_obs + i * dt_action_s``, as the controller reads every chunk;
@@ -54,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from vla_edge.actions import ActionAdapter, ActionSpace, Kinematics
+from vla_edge.actions import ActionAdapter, ActionSpace, Kinematics, StateAdapter, StateSpace
 from vla_edge.core.errors import (
     ActionSpaceError,
     AssetNotFoundError,
@@ -62,6 +72,7 @@ from vla_edge.core.errors import (
     InvalidObservationError,
     ManifestMismatchError,
     NonFiniteChunkError,
+    StateSpaceError,
 )
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.export.manifest import (
@@ -71,7 +82,7 @@ from vla_edge.export.manifest import (
     check_tokenizer,
     load_manifest,
 )
-from vla_edge.runners.base import RunnerSpec, cache_put
+from vla_edge.runners.base import NativeSpec, PolicyChunk, RunnerSpec, cache_put
 from vla_edge.runners.image_resize import FIT_MODES
 from vla_edge.runners.preprocess import (
     check_prefix,
@@ -90,7 +101,7 @@ PACKAGE = "vla_edge"
 GRIPPER_JOINT = "gripper"
 
 
-def robot_model_path(mjcf: str) -> Path:
+def robot_model_path(mjcf: str, field: str = "action_space.kinematics.mjcf") -> Path:
     """The robot model named by a manifest: absolute as is; relative to the package root.
 
     A relative path is looked for in the source tree, then in the installed
@@ -115,9 +126,19 @@ def robot_model_path(mjcf: str) -> Path:
         if candidate.is_file():
             return candidate
     raise AssetNotFoundError(
-        f"action_space.kinematics.mjcf = {mjcf!r}: no such file; looked in "
-        f"{[str(c) for c in candidates]}"
+        f"{field} = {mjcf!r}: no such file; looked in {[str(c) for c in candidates]}"
     )
+
+
+def manifest_kinematics(kin: Mapping[str, Any], field: str) -> Kinematics:
+    """A manifest's ``kinematics = {"mjcf", "site", "joints"}`` loaded with MuJoCo.
+
+    Raises:
+        AssetNotFoundError: no such robot model.
+        ActionSpaceError: the site or a joint is not in it.
+    """
+    model_path = robot_model_path(str(kin["mjcf"]), f"{field}.mjcf")
+    return Kinematics.from_mjcf(model_path, kin["joints"], str(kin["site"]))
 
 
 def action_adapter_for(
@@ -125,13 +146,15 @@ def action_adapter_for(
     joint_names: Sequence[str],
     action_dim: int,
     where: str,
+    n_stats: int | None = None,
 ) -> ActionAdapter:
     """The manifest's ``action_space`` on the manifest's robot, or :class:`ActionSpaceError`.
 
     Refused: an invalid space, a ``policy_dim`` other than the model's width, a
-    used dimension past the ``N = len(joint_names)`` the manifest's normalisation
-    covers, a missing robot model, and whatever :class:`ActionAdapter` refuses
-    (more dimensions than joints, ``eef_delta`` without kinematics, ...).
+    used dimension past the ``n_stats`` action statistics of the manifest's
+    normalisation (default ``N = len(joint_names)``), a missing robot model, and
+    whatever :class:`ActionAdapter` refuses (more dimensions than joints,
+    ``eef_delta`` without kinematics, ...).
     """
     fields = dict(section)
     kin = fields.pop("kinematics", None)
@@ -141,22 +164,55 @@ def action_adapter_for(
             f"{where}: action_space.policy_dim = {space.policy_dim}, expected the model's "
             f"action_dim = {action_dim}"
         )
-    n = len(joint_names)
+    n = len(joint_names) if n_stats is None else n_stats
     used = [*space.indices, *([] if space.gripper is None else [space.gripper.index])]
     beyond = [i for i in used if i >= n]
     if beyond:
         raise ActionSpaceError(
             f"{where}: action_space uses dimensions {beyond}, but the manifest's "
-            f"normalisation covers the first {n} (len(joint_names)) only"
+            f"normalisation covers the first {n} (its action statistics) only"
         )
     kinematics = None
     if kin is not None and space.kind == "eef_delta":
         try:
-            model_path = robot_model_path(str(kin["mjcf"]))
+            kinematics = manifest_kinematics(kin, "action_space.kinematics")
         except AssetNotFoundError as exc:
             raise ActionSpaceError(f"{where}: {exc}") from exc
-        kinematics = Kinematics.from_mjcf(model_path, kin["joints"], str(kin["site"]))
     return ActionAdapter(space, joint_names, kinematics, gripper_joint=GRIPPER_JOINT)
+
+
+def state_adapter_for(
+    section: Mapping[str, Any] | None,
+    joint_names: Sequence[str],
+    n_stats: int,
+    where: str,
+) -> StateAdapter:
+    """The manifest's ``state_space`` on the manifest's robot, or :class:`StateSpaceError`.
+
+    ``None`` (a manifest without one) is ``joint_position``. Refused: an invalid
+    space, ``eef_pose`` without kinematics or with a robot model, site or joint
+    the robot lacks, and a state space whose width is not the ``n_stats`` state
+    statistics of the manifest's normalisation.
+    """
+    fields = dict(section) if section is not None else None
+    kin = fields.pop("kinematics", None) if fields is not None else None
+    space = StateSpace.from_dict(fields, source=f"{where}: state_space")
+    kinematics = None
+    if kin is not None and space.kind == "eef_pose":
+        try:
+            kinematics = manifest_kinematics(kin, "state_space.kinematics")
+        except (AssetNotFoundError, ActionSpaceError) as exc:
+            raise StateSpaceError(f"{where}: state_space: {exc}") from exc
+    try:
+        adapter = StateAdapter(space, joint_names, kinematics)
+    except StateSpaceError as exc:
+        raise StateSpaceError(f"{where}: state_space: {exc}") from exc
+    if adapter.width != n_stats:
+        raise StateSpaceError(
+            f"{where}: state_space kind {space.kind} reads {adapter.width} dimensions "
+            f"({', '.join(adapter.names)}), but normalisation.state has {n_stats} statistics"
+        )
+    return adapter
 
 
 class ExportedRunner:
@@ -170,12 +226,19 @@ class ExportedRunner:
             cameras, image size); a differing manifest is refused.
         backend: the backend the policy stages must have (``None``: any).
 
+    Attributes:
+        state_adapter: the policy's state from the robot's joints (``state_space``).
+        action_adapter: joint targets from the policy's actions (``action_space``), or None.
+        native_spec: what :meth:`infer_native` takes and returns.
+
     Raises:
         ManifestMismatchError: the manifest is invalid or of an old format,
             disagrees with its programs, its tokenizer file, with ``expected``
             or with ``backend``.
         ActionSpaceError: the manifest's ``action_space`` is one the robot
             cannot execute (see :func:`action_adapter_for`).
+        StateSpaceError: the manifest's ``state_space`` is one the robot cannot
+            observe (see :func:`state_adapter_for`).
     """
 
     backend_name = "exported"
@@ -195,14 +258,24 @@ class ExportedRunner:
                 f"manifest.json, expected {backend!r} for {type(self).__name__}"
             )
         m = self.manifest.data
+        where = f"{self.manifest.directory}/manifest.json"
+        self.codec = self.manifest.codec
+        self.state_adapter = state_adapter_for(
+            m.get("state_space"), m["joint_names"], self.codec.state_dim, where
+        )
         self.action_adapter: ActionAdapter | None = None
         if "action_space" in m:
             self.action_adapter = action_adapter_for(
                 m["action_space"],
                 m["joint_names"],
                 int(m["action_dim"]),
-                f"{self.manifest.directory}/manifest.json",
+                where,
+                self.codec.action_dim,
             )
+        joint_state = self.state_adapter.space.kind == "joint_position"
+        self.native_spec = NativeSpec(
+            self.state_adapter.space.kind, self.state_adapter.names, self.codec.action_dim
+        )
         self.spec = RunnerSpec(
             joint_names=tuple(m["joint_names"]),
             chunk_horizon=int(m["chunk_horizon"]),
@@ -210,7 +283,9 @@ class ExportedRunner:
             cameras=tuple(m["cameras"]),
             image_height=int(m["image_height"]),
             image_width=int(m["image_width"]),
-            supports_prefix="prefix_actions" in self.manifest.host and self.action_adapter is None,
+            supports_prefix="prefix_actions" in self.manifest.host
+            and self.action_adapter is None
+            and joint_state,
             model_action_dim=int(m["action_dim"]),
             fits_images=m["host"]["images"]["resize"] in FIT_MODES,
         )
@@ -218,7 +293,6 @@ class ExportedRunner:
             check_expected_spec(self.manifest, expected)
         check_tokenizer(self.manifest)
         self.threads = threads
-        self.codec = self.manifest.codec
         self.model_action_dim = int(m["action_dim"])
         self._programs: dict[str, StageProgram] = {}
         for name in self.manifest.stage_order:
@@ -332,7 +406,11 @@ class ExportedRunner:
         prefix_actions: np.ndarray | None,
         prefix_len: int,
     ) -> dict[str, np.ndarray]:
-        """``host:<name>`` -> tensor for every declared host input (tokens excepted)."""
+        """``host:<name>`` -> tensor for every declared host input (tokens excepted).
+
+        ``state`` is the policy's state ``[S]``, normalised and padded with zeros to
+        the declared ``host.state`` width.
+        """
         host, h, a = self.manifest.host, self.spec.chunk_horizon, self.model_action_dim
         values: dict[str, np.ndarray] = {}
         if "state" in host:
@@ -369,8 +447,10 @@ class ExportedRunner:
     ) -> ActionChunk:
         """Compute the chunk for ``obs`` (see :class:`vla_edge.runners.base.Runner`).
 
-        ``noise`` is ``[H, A]`` of the model's action width ``A`` (the manifest's
-        ``action_dim``; ``len(joint_names)`` unless the model is padded).
+        ``obs.state`` is the robot's joints; the policy's state is made from them
+        (:attr:`state_adapter`). ``noise`` is ``[H, A]`` of the model's action width
+        ``A`` (the manifest's ``action_dim``; ``len(joint_names)`` unless the model
+        is padded).
 
         Raises:
             ConfigError: the runner was closed.
@@ -378,11 +458,7 @@ class ExportedRunner:
                 the model's output, or the targets made from it, hold NaN or
                 inf; no chunk is returned.
         """
-        if not self._programs:
-            raise ConfigError(
-                f"{type(self).__name__} for {self.manifest.directory} is closed: infer() after "
-                "close(); build a new runner"
-            )
+        self._check_open()
         validate_observation(obs, self.spec, resize=self.image_resize)
         h, n = self.spec.chunk_horizon, self.spec.action_dim
         prefix_len, _ = check_prefix(prefix_actions, prefix_len, h, n)
@@ -392,24 +468,14 @@ class ExportedRunner:
                 "host prefix_actions input"
             )
         state = np.asarray(obs.state, dtype=np.float64)
-        values = self._host_inputs(state, noise, prefix_actions, prefix_len)
-        cached, instruction_ms = self.instruction_outputs(obs.instruction)
-        values.update(cached)
-        if self._tokenizer is not None and self._tokenizer.per_observation:
-            values.update(self._tokens(obs.instruction, state_input(self.codec, state)[0]))
-        values.update(self._images(obs))
-        timings = {name: instruction_ms for name in self._instruction_stages[:1]}
-        timings.update({name: 0.0 for name in self._instruction_stages[1:]})
-        for name in self._observation_stages:
-            t0 = time.perf_counter()
-            self._run_stage(name, values)
-            timings[name] = (time.perf_counter() - t0) * 1e3
-        stage, output = self.manifest.output
+        policy_state = self.state_adapter.policy_state(state)
+        output, timings = self._run(obs, policy_state, noise, prefix_actions, prefix_len)
         if self.action_adapter is None:
-            actions_norm = values[f"stage:{stage}.{output}"][..., :n]
-            positions = decode_chunk(self.codec, actions_norm, state, prefix_actions, prefix_len)
+            positions = decode_chunk(
+                self.codec, output[..., :n], policy_state, prefix_actions, prefix_len
+            )
         else:
-            positions = self._adapted(values[f"stage:{stage}.{output}"], state)
+            positions = self._adapted(output, policy_state, state)
         return ActionChunk(
             t_obs_s=float(obs.stamp_s),
             dt_action_s=self.spec.dt_action_s,
@@ -418,20 +484,78 @@ class ExportedRunner:
             timings_ms=timings,
         )
 
-    def _adapted(self, output: np.ndarray, state: np.ndarray) -> np.ndarray:
+    def infer_native(self, obs: Observation, noise: np.ndarray | None = None) -> PolicyChunk:
+        """The policy's own actions for ``obs`` whose state is the policy's own state.
+
+        ``obs.state`` is the state in the policy's units (:attr:`native_spec`: openpi
+        LIBERO's 8-D end-effector pose for ``eef_pose``), not the robot's joints; the
+        reply is the model's first ``A`` output dimensions un-normalised
+        (``[H, native_spec.action_dim]``: openpi's LIBERO policy returns the same
+        7), not joint targets: no action space, kinematics or prefix is involved.
+
+        Raises:
+            ConfigError: the runner was closed.
+            InvalidObservationError: a bad image or instruction, or a state that is not
+                ``native_spec.state_dim`` finite numbers.
+            NonFiniteChunkError: the model's output holds NaN or inf.
+        """
+        self._check_open()
+        width = self.native_spec.state_dim
+        validate_observation(obs, self.spec, resize=self.image_resize, state_dim=width)
+        state = np.asarray(obs.state, dtype=np.float64)
+        output, timings = self._run(obs, state, noise, None, 0)
+        a = self.codec.action_dim
+        actions = decode_chunk(self.codec, output[..., :a], state, None, 0)
+        return PolicyChunk(float(obs.stamp_s), self.spec.dt_action_s, actions, timings)
+
+    def _check_open(self) -> None:
+        if not self._programs:
+            raise ConfigError(
+                f"{type(self).__name__} for {self.manifest.directory} is closed: infer() after "
+                "close(); build a new runner"
+            )
+
+    def _run(
+        self,
+        obs: Observation,
+        policy_state: np.ndarray,
+        noise: np.ndarray | None,
+        prefix_actions: np.ndarray | None,
+        prefix_len: int,
+    ) -> tuple[np.ndarray, dict[str, float]]:
+        """The model's output ``[1, H, action_dim]`` (normalised) and each stage's ms."""
+        values = self._host_inputs(policy_state, noise, prefix_actions, prefix_len)
+        cached, instruction_ms = self.instruction_outputs(obs.instruction)
+        values.update(cached)
+        if self._tokenizer is not None and self._tokenizer.per_observation:
+            values.update(self._tokens(obs.instruction, state_input(self.codec, policy_state)[0]))
+        values.update(self._images(obs))
+        timings = {name: instruction_ms for name in self._instruction_stages[:1]}
+        timings.update({name: 0.0 for name in self._instruction_stages[1:]})
+        for name in self._observation_stages:
+            t0 = time.perf_counter()
+            self._run_stage(name, values)
+            timings[name] = (time.perf_counter() - t0) * 1e3
+        stage, output = self.manifest.output
+        return values[f"stage:{stage}.{output}"], timings
+
+    def _adapted(
+        self, output: np.ndarray, policy_state: np.ndarray, joints: np.ndarray
+    ) -> np.ndarray:
         """Joint targets ``[H, N]`` from the model's output ``[1, H, A]`` through the action space.
 
-        The first ``N`` dimensions are un-normalised as the manifest declares
-        (the policy's own units; the others, unused, stay as the model gave
-        them), then :meth:`ActionAdapter.to_joint_positions` makes the targets.
+        The first ``A`` dimensions (the action statistics') are un-normalised as the
+        manifest declares (the policy's own units, relative to ``policy_state`` on
+        its delta dimensions; the others, unused, stay as the model gave them), then
+        :meth:`ActionAdapter.to_joint_positions` makes the targets from ``joints``.
         """
         assert self.action_adapter is not None
         arr = np.asarray(output)
         arr = arr.reshape(arr.shape[-2:])
-        n = self.spec.action_dim
+        a = self.codec.action_dim
         raw = arr.astype(np.float64)
-        raw[:, :n] = decode_chunk(self.codec, arr[:, :n], state, None, 0)
-        positions = self.action_adapter.to_joint_positions(raw, state, self.spec.dt_action_s)
+        raw[:, :a] = decode_chunk(self.codec, arr[:, :a], policy_state, None, 0)
+        positions = self.action_adapter.to_joint_positions(raw, joints, self.spec.dt_action_s)
         if not np.all(np.isfinite(positions)):  # the adapter checks too: never pass NaN on
             raise NonFiniteChunkError(f"adapted chunk holds a non-finite target: {positions}")
         return positions

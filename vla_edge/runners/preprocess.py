@@ -11,7 +11,9 @@ runners feed their programs the same tensors as the reference:
   ``resize_with_pad``, with ``pad_top_left`` with LeRobot SmolVLA's
   (:mod:`vla_edge.runners.image_resize`), with ``stretch`` it must arrive at
   the model's size;
-* state: ``[A]`` -> normalised ``[1, A]`` float32 (:class:`ActionCodec`);
+* state: the policy's state ``[S]`` (the robot's joints, or what its state space
+  makes of them) -> normalised ``[1, S]`` float32 (:class:`ActionCodec`), which
+  :func:`pad_last` pads with zeros to the model's width;
 * noise: ``[H, A]`` or ``[1, H, A]`` float32, validated (or drawn);
 * executed prefix: ``[>= d, A]`` absolute targets -> normalised ``[1, H, A]``
   plus mask ``[1, H]``;
@@ -117,7 +119,7 @@ def _numeric_array(value: Any, field: str, kinds: str, expected: str) -> np.ndar
 
 
 def state_input(codec: ActionCodec, state: np.ndarray) -> np.ndarray:
-    """Normalised ``[1, A]`` float32 state.
+    """Normalised ``[1, S]`` float32 state (``S``: the codec's state statistics).
 
     Raises:
         InvalidObservationError: the normalised state overflows float32.
@@ -270,13 +272,17 @@ def decode_chunk(
     return positions
 
 
-def validate_observation(obs: Observation, spec: RunnerSpec, resize: str = "stretch") -> None:
+def validate_observation(
+    obs: Observation, spec: RunnerSpec, resize: str = "stretch", state_dim: int | None = None
+) -> None:
     """Raise :class:`InvalidObservationError` naming the field, value and bound.
 
     Shared by every backend (numpy only, so the ONNX / ExecuTorch runners stay
     free of torch). ``resize``: ``stretch`` wants every image at the spec's
     size; ``pad`` and ``pad_top_left`` (the runner fits them) take any
-    ``[h, w, 3]`` with sides in ``[1, MAX_IMAGE_SIDE_PX]``.
+    ``[h, w, 3]`` with sides in ``[1, MAX_IMAGE_SIDE_PX]``. ``state_dim``: the
+    state's width (default the spec's joints; a runner's native path takes the
+    policy's own state).
     """
     if not isinstance(obs.images, dict):
         raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")
@@ -315,8 +321,9 @@ def validate_observation(obs: Observation, spec: RunnerSpec, resize: str = "stre
                 f"images[{cam!r}] shape = {img.shape}, expected {shape} (height, width, RGB)"
             )
     state = _numeric_array(obs.state, "state", "fiu", "a real number dtype (float, int)")
-    if state.shape != (spec.action_dim,):
-        raise InvalidObservationError(f"state shape = {state.shape}, expected ({spec.action_dim},)")
+    width = spec.action_dim if state_dim is None else state_dim
+    if state.shape != (width,):
+        raise InvalidObservationError(f"state shape = {state.shape}, expected ({width},)")
     state64 = state.astype(np.float64)
     if not np.all(np.isfinite(state64)):
         raise InvalidObservationError(f"state = {state.tolist()} holds a non-finite value")
