@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 from openpi_fixtures import SPEC, make_observation
 
+from vla_edge.actions.state import EEF_POSE_NAMES
 from vla_edge.core.errors import InvalidObservationError, RemoteServerError
 from vla_edge.core.types import ActionChunk
+from vla_edge.runners.base import NativeSpec
 from vla_edge.runners.image_resize import resize_with_pad
 from vla_edge.runners.openpi_adapter import (
     InferRequest,
@@ -154,6 +156,24 @@ def test_channels_first_images_are_transposed() -> None:
 def test_bad_request_fields_raise_invalid_observation(changes: dict, words: str) -> None:
     with pytest.raises(InvalidObservationError, match=words):
         request_to_observation(_request(**changes), SPEC, now_s=0.0)
+
+
+LIBERO = NativeSpec("eef_pose", EEF_POSE_NAMES, 7)
+"""openpi LIBERO's policy in its own units: the 8-D end-effector state, 7 actions."""
+
+
+def test_a_policy_served_in_its_own_units_takes_its_own_state_and_no_prefix() -> None:
+    state = np.linspace(-0.3, 0.3, 8)
+    parsed = request_to_observation(
+        _request(**{"observation/state": state}), SPEC, now_s=0.0, native=LIBERO
+    )
+    np.testing.assert_array_equal(parsed.observation.state, state)
+    words = r"shape = \[7\]: must be \[8\], the policy's eef_pose state \(eef_x_m, .*_right_m\)"
+    with pytest.raises(InvalidObservationError, match=words):
+        request_to_observation(_request(), SPEC, now_s=0.0, native=LIBERO)
+    prefix = {"observation/state": state, "vla_edge/prefix_actions": np.zeros((10, 7))}
+    with pytest.raises(InvalidObservationError, match="take no executed prefix"):
+        request_to_observation(_request(**prefix), SPEC, now_s=0.0, native=LIBERO)
 
 
 def test_missing_camera_and_state_are_named() -> None:

@@ -50,6 +50,9 @@ def test_openpi_client_gets_actions_and_metadata() -> None:
         assert (meta["action_horizon"], meta["dt_action_s"]) == (10, 0.1)
         assert meta["cameras"] == ["agentview", "wrist"]
         assert (meta["image_height"], meta["image_width"]) == (32, 32)
+        # a policy reading the joints: joint positions in, joint targets out
+        assert (meta["mode"], meta["action_dim"]) == ("joint_targets", 7)
+        assert "state_space" not in meta
         for seed in range(3):
             obs = make_observation(seed=seed, stamp_s=5.0 + seed)
             reply = client.infer(observation_to_request(obs))

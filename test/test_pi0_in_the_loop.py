@@ -9,6 +9,12 @@ normalisation statistics keep the raw actions small: positions near the arm's
 home pose, small deltas, velocities and end-effector deltas. Every chunk must
 reach the controller, none may be refused, and the safety supervisor must see
 no command out of its limits.
+
+The same checkpoint imported as openpi's LIBERO π0 is (``--state-space eef_pose``:
+8-D end-effector state statistics, ``eef_delta`` actions with 7 statistics) runs
+in the loop too, its state made from the arm's joints by forward kinematics, and
+is served to openpi's own client sending exactly the LIBERO example's request,
+which gets the policy's own 7-D actions back.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from test_export_pi0 import train_tokenizer, write_openpi_checkpoint
+from test_openpi_torch_runner import _libero_camera
 
+from vla_edge.actions import Kinematics, StateAdapter, StateSpace
 from vla_edge.archs.common import ImportOptions
 from vla_edge.archs.import_cli import default_robot, import_checkpoint
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model
@@ -31,17 +40,26 @@ from vla_edge.archs.pi0.config import GemmaSize
 from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.config.paths import config_path
-from vla_edge.core.errors import ActionSpaceError, NonFiniteChunkError
+from vla_edge.core.errors import ActionSpaceError, NonFiniteChunkError, RemoteRunnerError
 from vla_edge.core.types import Observation
 from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
 from vla_edge.export.pi0 import TABLETOP_MJCF, export_policy_dir, manifest_action_space
 from vla_edge.runners.exported import ExportedRunner
+from vla_edge.runners.factory import make_runner
 from vla_edge.runners.onnx_runner import OnnxRunner
-from vla_edge.sim.env import TabletopEnv
+from vla_edge.runners.openpi_server import PolicyServer
+from vla_edge.runners.remote import RemoteRunner
+from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
 from vla_edge.sim.evaluator import EvalSettings, run_episode
+from vla_edge.sim.ik import ARM_JOINTS
+from vla_edge.sim.paths import scene_xml_path
 from vla_edge.sim.tasks import HOME_ARM_QPOS_RAD, get_task
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # openpi_client connects without websockets' context manager; that is its business
+    pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning"),
+]
 
 H, K, DT = 10, 2, 0.1
 GRIPPER_OPEN_M = 0.04
@@ -197,12 +215,16 @@ def test_each_action_space_runs_in_the_loop_without_refusals_or_limit_violations
     manifest = load_manifest(exports[kind])
     assert manifest.data["action_space"]["kind"] == kind
     if kind == "eef_delta":
-        assert manifest.data["action_space"]["kinematics"] == {
-            "mjcf": TABLETOP_MJCF,
-            "site": "ee",
-            "joints": ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6"],
-        }
-    runner = OnnxRunner(exports[kind], threads=1)
+        assert manifest.data["action_space"]["kinematics"] == TABLETOP_KINEMATICS
+    assert_runs_in_the_loop(exports[kind], configs)
+
+
+TABLETOP_KINEMATICS = {"mjcf": TABLETOP_MJCF, "site": "ee", "joints": list(ARM_JOINTS)}
+
+
+def assert_runs_in_the_loop(export: Path, configs: tuple[ControllerConfig, SafetyConfig]) -> None:
+    """An episode in virtual time: at least 3 chunks, none refused, nothing out of limits."""
+    runner = OnnxRunner(export, threads=1)
     assert runner.action_adapter is not None and not runner.spec.supports_prefix
     # 64x64 cameras fitted to the model's 224x224 (the inference node accepts them);
     # the loop draws the flow noise at the model's padded width
@@ -226,6 +248,129 @@ def test_each_action_space_runs_in_the_loop_without_refusals_or_limit_violations
     assert safety.get("rejected", 0) == 0, safety
     assert safety.get("rejected_out_of_limits", 0) == 0, safety
     assert safety.get("estops", 0) == 0, safety
+
+
+# -- openpi's LIBERO π0: 8-D end-effector state in, 7-D policy actions out --------------------
+
+LIBERO_STATE_STD = [0.05] * 3 + [0.2] * 3 + [0.005] * 2
+"""Spread of the state statistics: 5 cm, 0.2 rad, 5 mm about the home pose's state."""
+
+
+def eef_pose_of(joints: list[float]) -> np.ndarray:
+    """openpi LIBERO's 8-D state of the tabletop arm at ``joints``."""
+    kinematics = Kinematics.from_mjcf(scene_xml_path("tabletop"), ARM_JOINTS, "ee")
+    return StateAdapter(StateSpace(kind="eef_pose"), JOINT_NAMES, kinematics).policy_state(joints)
+
+
+@pytest.fixture(scope="module")
+def libero_export(checkpoint, tmp_path_factory) -> Path:
+    """The tiny π0 with LIBERO's widths (8 state, 7 action statistics), imported with
+    ``--state-space eef_pose`` and ``eef_delta`` actions, exported to ONNX fp32."""
+    ckpt, tokenizer = checkpoint
+    root = tmp_path_factory.mktemp("libero")
+    libero = shutil.copytree(ckpt, root / "ckpt")
+    stats = {
+        "state": {"mean": eef_pose_of(HOME).tolist(), "std": LIBERO_STATE_STD},
+        "actions": {"mean": [0.0] * 7, "std": [0.2] * 7},
+    }
+    (libero / "assets" / "trossen" / "norm_stats.json").write_text(
+        json.dumps({"norm_stats": stats})
+    )
+    policy = root / "policy"
+    import_checkpoint(
+        libero,
+        policy,
+        tokenizer,
+        DT,
+        default_robot(),
+        options=ImportOptions(vision_heads=4),
+        action_space=SPACES["eef_delta"][0],
+        state_space="eef_pose",
+    )
+    out = root / "export"
+    export_policy_dir(policy, out, "onnx", "fp32", flow_steps=K, log=lambda _m: None)
+    return out
+
+
+def test_eef_pose_export_declares_its_state_and_each_widths_statistics(libero_export) -> None:
+    data = load_manifest(libero_export).data
+    assert data["state_space"] == {"kind": "eef_pose", "kinematics": TABLETOP_KINEMATICS}
+    assert data["action_space"]["kind"] == "eef_delta"
+    norm = data["normalisation"]
+    assert norm["state"]["std"] == LIBERO_STATE_STD and len(norm["actions"]["std"]) == 7
+    runner = ExportedRunner(libero_export, threads=1)
+    assert runner.native_spec.state_dim == 8 and runner.native_spec.action_dim == 7
+    assert runner.codec.state_dim == 8 and runner.codec.action_dim == 7
+
+
+def test_eef_pose_policy_runs_in_the_loop_without_refusals(libero_export, configs) -> None:
+    assert_runs_in_the_loop(libero_export, configs)
+
+
+def test_joint_chunk_is_the_native_actions_of_the_arms_eef_pose_through_the_adapter(
+    libero_export,
+) -> None:
+    """``infer`` on the joints is ``infer_native`` on their forward kinematics, then the
+    action space: the two paths share the state, the model and the un-normalisation."""
+    runner = ExportedRunner(libero_export, threads=1)
+    joints = [0.1, 0.2, 1.7, -0.1, 1.0, 0.3, 0.02]
+    obs = observation(joints)
+    noise = np.random.default_rng(7).standard_normal((H, 32)).astype(np.float32)
+    chunk = runner.infer(obs, noise=noise)
+    native_obs = dataclasses.replace(obs, state=eef_pose_of(joints))
+    native = runner.infer_native(native_obs, noise=noise)
+    assert native.actions.shape == (H, 7) and native.t_obs_s == obs.stamp_s
+    raw = np.zeros((H, 32))
+    raw[:, :7] = native.actions
+    assert runner.action_adapter is not None
+    want = runner.action_adapter.to_joint_positions(raw, np.array(joints), DT)
+    np.testing.assert_allclose(chunk.positions, want, atol=1e-9)
+
+
+def test_openpi_libero_client_gets_the_policys_own_actions_from_vla_edge_serve(
+    libero_export,
+) -> None:
+    """openpi's client, sending exactly its LIBERO example's request (224x224 uint8 images
+    under its keys, the 8-D state, the prompt), to the server ``vla-edge serve --policy``
+    runs (the runner ``make_runner`` builds, as the command does)."""
+    runner = make_runner(str(libero_export), threads=1)
+    rng = np.random.default_rng(3)
+    element = {
+        "observation/image": _libero_camera(1),
+        "observation/wrist_image": _libero_camera(2),
+        "observation/state": eef_pose_of(HOME) + rng.normal(0.0, 0.01, 8),
+        "prompt": "put the red block in the bowl",
+    }
+    noise = rng.standard_normal((H, 32)).astype(np.float32)
+    with PolicyServer(runner, port=0) as server:
+        client = WebsocketClientPolicy(host="127.0.0.1", port=server.port)
+        meta = client.get_server_metadata()
+        plain = client.infer(element)
+        reply = client.infer(dict(element, **{"vla_edge/noise": noise}))
+        with pytest.raises(RuntimeError, match=r"state shape = \[7\]: must be \[8\], the policy's"):
+            client.infer(dict(element, **{"observation/state": np.zeros(7)}))
+        again = client.infer(element)  # the connection keeps serving
+        client._ws.close()
+        with pytest.raises(RemoteRunnerError, match="mode = 'policy_native'"):
+            RemoteRunner(server.url, timeout_s=5.0)
+        assert server.stats.errors_observation == 1 and server.stats.requests_ok == 3
+    assert meta["mode"] == "policy_native" and meta["state_space"] == "eef_pose"
+    assert (meta["state_dim"], meta["action_dim"], meta["action_horizon"]) == (8, 7, H)
+    for actions in (plain["actions"], again["actions"], reply["actions"]):
+        assert actions.shape == (H, 7) and np.all(np.isfinite(actions))
+    local = runner.infer_native(
+        Observation(
+            stamp_s=0.0,
+            images={
+                "agentview": element["observation/image"],
+                "wrist": element["observation/wrist_image"],
+            },
+            state=element["observation/state"],
+            instruction=element["prompt"],
+        ),
+        noise=noise,
+    )
+    np.testing.assert_array_equal(reply["actions"], local.actions)
 
 
 def observation(state: list[float]) -> Observation:

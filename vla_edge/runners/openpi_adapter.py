@@ -11,7 +11,7 @@ openpi key                      vla_edge field               wire type
 ``observation/state``           ``state``                    float ``[A]``
 ``prompt``                      ``instruction``              str
 ``observation/timestamp``       ``stamp_s`` (client clock)   float (optional)
-``vla_edge/noise``              ``noise``                    float ``[H, A]`` (optional)
+``vla_edge/noise``              ``noise``                    float ``[H, W]`` (optional)
 ``vla_edge/prefix_actions``     ``prefix_actions``           float ``[H, A]`` (optional)
 ``vla_edge/prefix_len``         ``prefix_len``               int (optional, default 0)
 ``vla_edge/request_id``         request counter              int (optional, echoed)
@@ -28,15 +28,23 @@ is transposed; float pixels in [0, 1] become ``uint8(255 * x)``. Any other
 channel count or dtype, NaN or inf, or an empty image is refused by name.
 The ``vla_edge/*`` keys are extensions an openpi server ignores.
 
-``observation/state`` must be the policy's own state (joint positions in
-``joint_names`` order for the bundled model). The LIBERO client's 8-D
-end-effector state (eef position 3 + axis-angle 3 + gripper qpos 2) is not
-mapped onto joints: it is refused by name, so a client must send the joint
-state the policy was trained on.
+``vla_edge/noise`` has the model's width ``W`` (π0's padded 32;
+``RunnerSpec.noise_dim``). ``observation/state`` must be the policy's own state,
+and what comes back depends on the served runner (:mod:`vla_edge.runners.openpi_server`):
+
+* joint targets (a policy reading the robot's joints: the bundled model, an
+  import with ``--state-space joint_position``): the state is the joint positions
+  in ``joint_names`` order, ``A = len(joint_names)``; openpi LIBERO's 8-D
+  end-effector state is refused by name (this policy does not read it);
+* the policy's own units (a :class:`~vla_edge.runners.base.NativeSpec`, e.g.
+  ``--state-space eef_pose``): the state is ``NativeSpec.state_names`` (LIBERO's
+  eef position 3 + axis-angle 3 + gripper qpos 2), the actions the policy's
+  ``[H, NativeSpec.action_dim]``; no executed prefix.
 
 Response (server -> client): ``actions`` float ``[H, A]`` in the runner's own
 float dtype, so a remote chunk equals the local one bit for bit (joint targets in
-``joint_names`` order, step ``i`` for ``t_obs + i * dt_action_s``),
+``joint_names`` order, or the policy's own actions; step ``i`` for
+``t_obs + i * dt_action_s``),
 ``server_timing`` (``infer_ms``, ``decode_ms``, ``queue_ms``, ``prev_total_ms``,
 ``stages_ms``), ``server_recv_time_s`` / ``server_time_s`` (server wall clock
 when the request arrived / the reply left, for NTP-style clock-offset
@@ -53,7 +61,7 @@ import numpy as np
 
 from vla_edge.core.errors import InvalidObservationError, RemoteServerError
 from vla_edge.core.types import ActionChunk, Observation
-from vla_edge.runners.base import RunnerSpec
+from vla_edge.runners.base import NativeSpec, RunnerSpec
 from vla_edge.runners.image_resize import MAX_IMAGE_SIDE_PX, resize_with_pad
 
 KEY_STATE = "observation/state"
@@ -183,11 +191,10 @@ def _image(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray:
     return np.array(resized, dtype=np.uint8, copy=True)
 
 
-def _matrix(request: dict[str, Any], key: str, spec: RunnerSpec) -> np.ndarray | None:
+def _matrix(request: dict[str, Any], key: str, expected: tuple[int, int]) -> np.ndarray | None:
     if key not in request:
         return None
     value = request[key]
-    expected = (spec.chunk_horizon, spec.action_dim)
     if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.shape != expected:
         shape = list(value.shape) if isinstance(value, np.ndarray) else type(value).__name__
         raise InvalidObservationError(f"{key} = {shape}: must be a float array {list(expected)}")
@@ -207,11 +214,45 @@ def _optional_int(request: dict[str, Any], key: str, lo: int, hi: int) -> int | 
     return value
 
 
+def _state(request: dict[str, Any], spec: RunnerSpec, native: NativeSpec | None) -> np.ndarray:
+    """``observation/state``: the joints (``native`` None) or the policy's own state."""
+    if KEY_STATE not in request:
+        raise InvalidObservationError(f"{KEY_STATE} is missing: must be a float array [A]")
+    state = request[KEY_STATE]
+    if isinstance(state, list):
+        state = np.asarray(state) if all(isinstance(v, int | float) for v in state) else None
+    if not isinstance(state, np.ndarray) or state.dtype.kind not in "fiu":
+        raise InvalidObservationError(
+            f"{KEY_STATE} is {type(request[KEY_STATE]).__name__}: must be a numeric array [A]"
+        )
+    if native is not None and state.shape != (native.state_dim,):
+        raise InvalidObservationError(
+            f"{KEY_STATE} shape = {list(state.shape)}: must be [{native.state_dim}], the "
+            f"policy's {native.state_space} state ({', '.join(native.state_names)})"
+        )
+    if native is None and state.shape != (spec.action_dim,):
+        hint = ""
+        if state.shape == (LIBERO_EEF_STATE_DIM,):
+            hint = (
+                "; an 8-D state is openpi LIBERO's end-effector state (eef position 3 + "
+                "axis-angle 3 + gripper qpos 2), which this policy does not read: send the "
+                "joint positions, or serve a policy imported with --state-space eef_pose"
+            )
+        raise InvalidObservationError(
+            f"{KEY_STATE} shape = {list(state.shape)}: must be [{spec.action_dim}] "
+            f"({', '.join(spec.joint_names)}){hint}"
+        )
+    if not np.all(np.isfinite(state)):
+        raise InvalidObservationError(f"{KEY_STATE} = {state.tolist()}: must be finite")
+    return state
+
+
 def request_to_observation(
     request: Any,
     spec: RunnerSpec,
     now_s: float,
     camera_keys: dict[str, str] | None = None,
+    native: NativeSpec | None = None,
 ) -> InferRequest:
     """Validate an openpi request map against ``spec`` and turn it into an :class:`InferRequest`.
 
@@ -223,6 +264,8 @@ def request_to_observation(
         spec: what the served runner consumes.
         now_s: stamp to use when the request carries no ``observation/timestamp``.
         camera_keys: camera name -> openpi key overrides.
+        native: the policy's own state and actions when it is served in its units:
+            ``observation/state`` is then that state, and no prefix is taken.
 
     Raises:
         InvalidObservationError: a missing key or a value of the wrong type, dtype,
@@ -237,29 +280,7 @@ def request_to_observation(
         raise InvalidObservationError(f"request key = {bad_keys[0]!r}: keys must be strings")
     images = {name: _image(request, camera_key(name, camera_keys), spec) for name in spec.cameras}
 
-    if KEY_STATE not in request:
-        raise InvalidObservationError(f"{KEY_STATE} is missing: must be a float array [A]")
-    state = request[KEY_STATE]
-    if isinstance(state, list):
-        state = np.asarray(state) if all(isinstance(v, int | float) for v in state) else None
-    if not isinstance(state, np.ndarray) or state.dtype.kind not in "fiu":
-        raise InvalidObservationError(
-            f"{KEY_STATE} is {type(request[KEY_STATE]).__name__}: must be a numeric array [A]"
-        )
-    if state.shape != (spec.action_dim,):
-        hint = ""
-        if state.shape == (LIBERO_EEF_STATE_DIM,):
-            hint = (
-                "; an 8-D state is openpi LIBERO's end-effector state (eef position 3 + "
-                "axis-angle 3 + gripper qpos 2), which is not mapped onto joints: send "
-                "the joint positions instead"
-            )
-        raise InvalidObservationError(
-            f"{KEY_STATE} shape = {list(state.shape)}: must be [{spec.action_dim}] "
-            f"({', '.join(spec.joint_names)}){hint}"
-        )
-    if not np.all(np.isfinite(state)):
-        raise InvalidObservationError(f"{KEY_STATE} = {state.tolist()}: must be finite")
+    state = _state(request, spec, native)
 
     prompt = request.get(KEY_PROMPT, "")
     if not isinstance(prompt, str) or len(prompt) > MAX_PROMPT_CHARS:
@@ -277,8 +298,13 @@ def request_to_observation(
             raise InvalidObservationError(f"{KEY_TIMESTAMP} = {stamp!r}: must be finite")
         client_stamp_s = float(stamp)
 
-    noise = _matrix(request, KEY_NOISE, spec)
-    prefix_actions = _matrix(request, KEY_PREFIX_ACTIONS, spec)
+    noise = _matrix(request, KEY_NOISE, (spec.chunk_horizon, spec.noise_dim))
+    if native is not None and (KEY_PREFIX_ACTIONS in request or KEY_PREFIX_LEN in request):
+        raise InvalidObservationError(
+            f"{KEY_PREFIX_ACTIONS} / {KEY_PREFIX_LEN}: the policy is served in its own units "
+            f"({native.state_space} state), which take no executed prefix; leave them out"
+        )
+    prefix_actions = _matrix(request, KEY_PREFIX_ACTIONS, (spec.chunk_horizon, spec.action_dim))
     prefix_len = _optional_int(request, KEY_PREFIX_LEN, 0, spec.chunk_horizon) or 0
     if prefix_len > 0 and prefix_actions is None:
         raise InvalidObservationError(
@@ -304,10 +330,15 @@ def request_to_observation(
 
 def chunk_to_response(chunk: ActionChunk, request: InferRequest) -> dict[str, Any]:
     """The reply map for ``chunk`` (timing fields are added by the server)."""
-    positions = np.asarray(chunk.positions)
-    if positions.dtype.kind != "f":
-        positions = positions.astype(np.float64)
-    response: dict[str, Any] = {"actions": positions}  # runner's float dtype: exact parity
+    return actions_to_response(chunk.positions, request)
+
+
+def actions_to_response(actions: np.ndarray, request: InferRequest) -> dict[str, Any]:
+    """The reply map for ``actions`` ``[H, A]`` (timing fields are added by the server)."""
+    values = np.asarray(actions)
+    if values.dtype.kind != "f":
+        values = values.astype(np.float64)
+    response: dict[str, Any] = {"actions": values}  # runner's float dtype: exact parity
     if request.client_stamp_s is not None:
         response["t_obs_s"] = request.client_stamp_s
     if request.request_id is not None:

@@ -13,6 +13,29 @@ The protocol is the one ``openpi_client.WebsocketClientPolicy`` speaks:
    runner failure, one *text* frame naming the error; the connection stays
    open and the server keeps serving.
 
+What ``observation/state`` and ``actions`` are depends on the policy (the
+metadata's ``mode``, fixed by the runner: :func:`native_spec_of`):
+
+* ``policy_native``: a policy whose state is not the robot's joints (a
+  ``vla-edge import --state-space eef_pose`` export, openpi LIBERO's π0): the
+  request's state is the policy's own (LIBERO's 8-D end-effector pose) and the
+  reply's ``actions`` are the policy's own ``[H, A]``, un-normalised (LIBERO's
+  end-effector delta 6 + gripper 1), what openpi's ``LiberoOutputs`` returns;
+  the client executes them itself. The runner's ``infer_native`` does it all;
+  the metadata adds ``state_space``, ``state_names`` and ``state_dim``, and
+  ``action_dim`` is the reply's width.
+* ``joint_targets``: every other policy, one reading the robot's joints (the
+  bundled model, a ``joint_position``-state import with any action space): the
+  state is the joint positions, the reply ``[H, N]`` joint-position targets
+  through the policy's action space, as the local runner returns them. Kept as
+  it was for action-space policies too: their state is the robot's joint vector
+  either way, a reply of joint targets is what any robot client can execute
+  without the policy's kinematics or units, and vla_edge's own client
+  (:class:`~vla_edge.runners.remote.RemoteRunner`, ``policy:=ws://...``)
+  relies on it to return the local chunk bit for bit. Its ``action_dim`` is
+  ``len(joint_names)``; an openpi client of, say, a joint-velocity policy so
+  gets the positions the velocities lead to, not the velocities.
+
 ``GET /healthz`` answers 200 once the policy is loaded (503 before). A frame
 larger than ``max_message_bytes`` is never read: the connection is closed with
 code 1009 (message too big), other connections are unaffected. Work is
@@ -34,7 +57,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import websockets
 import websockets.asyncio.server as ws_server
@@ -44,16 +67,15 @@ from vla_edge.core.errors import (
     ProtocolError,
     VlaEdgeError,
 )
-from vla_edge.core.types import ActionChunk
-from vla_edge.runners.base import Runner
+from vla_edge.runners.base import NativeRunner, NativeSpec, Runner
 from vla_edge.runners.image_resize import MAX_IMAGE_SIDE_PX
 from vla_edge.runners.openpi_adapter import (
     KEY_PROMPT,
     KEY_STATE,
     KEY_TIMESTAMP,
     InferRequest,
+    actions_to_response,
     camera_key,
-    chunk_to_response,
     request_to_observation,
 )
 from vla_edge.runners.openpi_protocol import (
@@ -71,6 +93,20 @@ HEALTH_PATH = "/healthz"
 CLOSE_TRY_AGAIN_LATER = 1013
 IMAGE_RESIZE = "resize_with_pad"
 """How images of another size are fitted: openpi's aspect-keeping, zero-padded resize."""
+MODE_JOINT_TARGETS = "joint_targets"
+MODE_POLICY_NATIVE = "policy_native"
+
+
+def native_spec_of(runner: Runner) -> NativeSpec | None:
+    """The runner's :class:`NativeSpec` when it is served in the policy's units, else None.
+
+    That is when the policy's state is not the robot's joints: a client can send
+    that state and execute the policy's own actions, but has no joint vector to
+    give it (see the module docstring).
+    """
+    if isinstance(runner, NativeRunner) and runner.native_spec.state_space != "joint_position":
+        return runner.native_spec
+    return None
 
 
 @dataclass
@@ -145,6 +181,12 @@ class PolicyServer:
         self._runner = runner
 
     @property
+    def mode(self) -> str:
+        """``policy_native`` or ``joint_targets`` (see the module docstring)."""
+        native = native_spec_of(self._runner) if self._runner is not None else None
+        return MODE_JOINT_TARGETS if native is None else MODE_POLICY_NATIVE
+
+    @property
     def loaded(self) -> bool:
         """Whether a runner is installed."""
         return self._runner is not None
@@ -183,7 +225,17 @@ class PolicyServer:
             "max_image_side_px": MAX_IMAGE_SIDE_PX,
             "supports_prefix": spec.supports_prefix,
             "max_message_bytes": self.limits.max_message_bytes,
+            "mode": self.mode,
         }
+        native = native_spec_of(self._runner)
+        if native is not None:
+            meta.update(
+                state_space=native.state_space,
+                state_names=list(native.state_names),
+                state_dim=native.state_dim,
+                action_dim=native.action_dim,
+                supports_prefix=False,
+            )
         meta.update(self._extra_metadata)
         return meta
 
@@ -250,7 +302,11 @@ class PolicyServer:
                 raise ProtocolError("frame is text: requests must be binary msgpack frames")
             decoded = unpack(message, self.limits)
             request = request_to_observation(
-                decoded, runner.spec, now_s=recv_time_s, camera_keys=self._camera_keys
+                decoded,
+                runner.spec,
+                now_s=recv_time_s,
+                camera_keys=self._camera_keys,
+                native=native_spec_of(runner),
             )
         except ProtocolError as exc:
             self.stats.errors_protocol += 1
@@ -267,7 +323,7 @@ class PolicyServer:
         loop = asyncio.get_running_loop()
         assert self._executor is not None
         try:
-            chunk, queue_ms, infer_ms = await loop.run_in_executor(
+            actions, stages_ms, queue_ms, infer_ms = await loop.run_in_executor(
                 self._executor, self._infer, runner, request, time.perf_counter()
             )
         except InvalidObservationError as exc:
@@ -282,7 +338,14 @@ class PolicyServer:
         try:
             reply = pack(
                 self._response(
-                    chunk, request, recv_time_s, decode_ms, queue_ms, infer_ms, prev_total_ms
+                    actions,
+                    stages_ms,
+                    request,
+                    recv_time_s,
+                    decode_ms,
+                    queue_ms,
+                    infer_ms,
+                    prev_total_ms,
                 )
             )
         except Exception as exc:  # e.g. a runner returning non-numeric timings
@@ -294,7 +357,8 @@ class PolicyServer:
 
     @staticmethod
     def _response(
-        chunk: ActionChunk,
+        actions: Any,
+        stages_ms: dict[str, float],
         request: InferRequest,
         recv_time_s: float,
         decode_ms: float,
@@ -303,12 +367,12 @@ class PolicyServer:
         prev_total_ms: float | None,
     ) -> dict[str, Any]:
         """The reply map: actions, echoes and the timing fields."""
-        response = chunk_to_response(chunk, request)
+        response = actions_to_response(actions, request)
         timing: dict[str, Any] = {
             "infer_ms": infer_ms,
             "decode_ms": decode_ms,
             "queue_ms": queue_ms,
-            "stages_ms": {str(k): float(v) for k, v in chunk.timings_ms.items()},
+            "stages_ms": {str(k): float(v) for k, v in stages_ms.items()},
         }
         if prev_total_ms is not None:
             timing["prev_total_ms"] = prev_total_ms
@@ -319,18 +383,25 @@ class PolicyServer:
 
     def _infer(
         self, runner: Runner, request: InferRequest, t_submit: float
-    ) -> tuple[ActionChunk, float, float]:
-        """Run one inference under the lock (worker thread)."""
+    ) -> tuple[Any, dict[str, float], float, float]:
+        """Run one inference under the lock (worker thread): actions, stage ms, queue, infer."""
         with self._lock:
             t_start = time.perf_counter()
-            chunk = runner.infer(
-                request.observation,
-                noise=request.noise,
-                prefix_actions=request.prefix_actions,
-                prefix_len=request.prefix_len,
-            )
+            if native_spec_of(runner) is not None:
+                native = cast(NativeRunner, runner).infer_native(
+                    request.observation, noise=request.noise
+                )
+                actions, stages_ms = native.actions, native.timings_ms
+            else:
+                chunk = runner.infer(
+                    request.observation,
+                    noise=request.noise,
+                    prefix_actions=request.prefix_actions,
+                    prefix_len=request.prefix_len,
+                )
+                actions, stages_ms = chunk.positions, chunk.timings_ms
             t_end = time.perf_counter()
-        return chunk, (t_start - t_submit) * 1000.0, (t_end - t_start) * 1000.0
+        return actions, stages_ms, (t_start - t_submit) * 1000.0, (t_end - t_start) * 1000.0
 
     # ------------------------------------------------------------ lifecycle
     async def _main(self, loader: Callable[[], Runner] | None = None) -> int:

@@ -52,13 +52,27 @@ from vla_edge.runners.preprocess import check_noise, check_prefix, validate_obse
 _CLOCK_SAMPLES = 8
 
 
+def _check_mode(metadata: dict[str, Any]) -> None:
+    """Refuse a server that replies with the policy's own actions, not joint targets."""
+    mode = metadata.get("mode", "joint_targets")
+    if mode != "joint_targets":
+        raise RemoteRunnerError(
+            f"server metadata mode = {mode!r} (state_space = {metadata.get('state_space')!r}): "
+            "it takes the policy's own state and replies with the policy's own actions, "
+            "while this runner sends joint positions and executes joint targets; run that "
+            "export locally (--policy EXPORT_DIR)"
+        )
+
+
 def spec_from_metadata(metadata: dict[str, Any]) -> RunnerSpec:
     """Build a ``RunnerSpec`` from the metadata ``vla-edge serve`` sends.
 
     Raises:
         RemoteRunnerError: a field is missing or of the wrong type (servers that
-            send no such metadata need an explicit ``spec``).
+            send no such metadata need an explicit ``spec``), or the server replies
+            in the policy's own units (``mode`` ``policy_native``).
     """
+    _check_mode(metadata)
     fields = {
         "joint_names": list,
         "action_horizon": int,
@@ -88,6 +102,7 @@ def spec_from_metadata(metadata: dict[str, Any]) -> RunnerSpec:
 
 def _check_metadata(spec: RunnerSpec, metadata: dict[str, Any]) -> None:
     """Refuse a server whose advertised policy differs from ``spec`` (fields it sends only)."""
+    _check_mode(metadata)
     advertised = {
         "joint_names": list(spec.joint_names),
         "action_horizon": spec.chunk_horizon,
