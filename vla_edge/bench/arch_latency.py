@@ -196,6 +196,32 @@ def _log_tail(path: Path, chars: int = 1500) -> str:
 
 
 # ---------------------------------------------------------------- steps
+def _export_child(
+    args: argparse.Namespace,
+    cameras: int,
+    backend: str,
+    quant: str,
+    stage: str,
+    out: Path,
+    log: Path,
+    **options: Any,
+) -> dict[str, Any]:
+    """Export one stage into ``out`` in a watched process; :meth:`Child.wait`'s record."""
+    threads = max(args.thread_counts)
+    cmd = _worker(
+        "export",
+        args,
+        cameras,
+        backend=backend,
+        quant=quant,
+        stage=stage,
+        out=out,
+        threads=threads,
+        **options,
+    )
+    return Child(cmd, threads, log).wait(args.timeout_s)
+
+
 def export_variant(
     args: argparse.Namespace,
     cameras: int,
@@ -217,19 +243,9 @@ def export_variant(
                 stages[stage] = {"ok": True, "entry": entry, "reused": True}
                 continue
         entry_path.unlink(missing_ok=True)
-        log = folder / "logs" / f"export_{stage}.log"
-        cmd = _worker(
-            "export",
-            args,
-            cameras,
-            backend=backend,
-            quant=quant,
-            stage=stage,
-            out=folder,
-            threads=max(args.thread_counts),
-        )
         print(f"  export {stage} ({backend} {quant}, {cameras} cam) ...", flush=True)
-        ran = Child(cmd, max(args.thread_counts), log).wait(args.timeout_s)
+        log = folder / "logs" / f"export_{stage}.log"
+        ran = _export_child(args, cameras, backend, quant, stage, folder, log)
         if ran["result"] is not None:
             stages[stage] = {
                 "ok": True,
@@ -278,20 +294,17 @@ def fit_search(
     tried = []
     while depth > 1:
         depth //= 2
-        log = folder / "logs" / f"fit_{stage}_depth{depth}.log"
-        cmd = _worker(
-            "export",
+        print(f"    fit search: {stage} with {depth} layers ...", flush=True)
+        ran = _export_child(
             args,
             cameras,
-            backend=backend,
-            quant=quant,
-            stage=stage,
-            out=folder / f"fit_depth{depth}",
-            threads=max(args.thread_counts),
+            backend,
+            quant,
+            stage,
+            folder / f"fit_depth{depth}",
+            folder / "logs" / f"fit_{stage}_depth{depth}.log",
             depth=depth,
         )
-        print(f"    fit search: {stage} with {depth} layers ...", flush=True)
-        ran = Child(cmd, max(args.thread_counts), log).wait(args.timeout_s)
         tried.append(
             {
                 "depth": depth,
