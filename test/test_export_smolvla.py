@@ -257,22 +257,38 @@ def export_kwargs(tokenizer: Path) -> dict[str, Any]:
     )
 
 
+EXECUTORCH_SIZE = {"num_vlm_layers": 2}
+"""The ExecuTorch exports keep two backbone layers (one self- and one cross-attention expert
+layer: every kind of layer, half the XNNPACK partitions to lower)."""
+
+
+def size_of(backend: str) -> dict[str, Any]:
+    """The ``randomised`` overrides of ``backend``'s export."""
+    return EXECUTORCH_SIZE if backend == "executorch" else {}
+
+
 def exported(root: Path, tokenizer: Path, backend: str, quant: str) -> Path:
-    """Export once per (backend, quant) for the whole module."""
+    """Export once per (backend, quant) for the whole module, at ``size_of(backend)``."""
     key = (backend, quant)
     if key not in _EXPORTS:
         out = root / f"smolvla_{backend}_{quant}"
-        export_smolvla(randomised(), out, backend, quant, **export_kwargs(tokenizer))
+        model = randomised(**size_of(backend))
+        export_smolvla(model, out, backend, quant, **export_kwargs(tokenizer))
         _EXPORTS[key] = out
     return _EXPORTS[key]
 
 
-def check_runner_against_reference(folder: Path, tokenizer: Path, bound: float) -> float:
-    """The runner's chunks for three observations against the reference; the worst error."""
+def check_runner_against_reference(
+    folder: Path, tokenizer: Path, bound: float, size: dict[str, Any]
+) -> float:
+    """The runner's chunks for three observations against the reference; the worst error.
+
+    ``size``: the ``randomised`` overrides the export was made with.
+    """
     from vla_edge.runners.factory import make_runner
 
     runner = make_runner(str(folder), threads=1)
-    model = randomised()
+    model = randomised(**size)
     observations = [
         observation(0),
         observation(1, size=(48, 80)),  # fitted by the runner: padded on top
@@ -291,12 +307,17 @@ def check_runner_against_reference(folder: Path, tokenizer: Path, bound: float) 
     return error
 
 
-def check_programs_against_eager(folder: Path, tokenizer: Path, bound: float) -> float:
-    """Each program's normalised chunk (fed the reference's host tensors) against eager stages."""
+def check_programs_against_eager(
+    folder: Path, tokenizer: Path, bound: float, size: dict[str, Any]
+) -> float:
+    """Each program's normalised chunk (fed the reference's host tensors) against eager stages.
+
+    ``size``: the ``randomised`` overrides the export was made with.
+    """
     from vla_edge.runners.programs import open_program
 
     manifest = load_manifest(folder)
-    model = randomised()
+    model = randomised(**size)
     stages = build_stages(model)
     programs = {
         name: open_program(
@@ -545,13 +566,13 @@ def test_onnx_programs_equal_eager_torch(root, tokenizer) -> None:
     assert sorted(p.name for p in copied.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
     assert manifest.tokenizer_path == copied
     assert set(manifest.tokenizer["files"]) == {"tokenizer.json", "tokenizer_config.json"}
-    check_programs_against_eager(folder, tokenizer, 1e-3)
+    check_programs_against_eager(folder, tokenizer, 1e-3, size_of("onnx"))
 
 
 @pytest.mark.slow  # exports ONNX programs (about 30 s at this size)
 def test_the_onnx_runner_chunk_equals_the_lerobot_style_reference(root, tokenizer) -> None:
     folder = exported(root, tokenizer, "onnx", "fp32")
-    check_runner_against_reference(folder, tokenizer, 1e-3)
+    check_runner_against_reference(folder, tokenizer, 1e-3, size_of("onnx"))
 
 
 @pytest.mark.slow  # exports ONNX programs (about 30 s at this size)
@@ -636,8 +657,8 @@ def test_executorch_programs_are_delegated_and_equal_eager_torch(
         assert not any(op in left for op in ("aten_linear_default", "aten_bmm_default")), name
     if quant == "8da4w":
         assert all(entry["quantized_linears"] > 0 for entry in stages.values())
-    check_programs_against_eager(folder, tokenizer, bound)
-    check_runner_against_reference(folder, tokenizer, bound)
+    check_programs_against_eager(folder, tokenizer, bound, size_of("executorch"))
+    check_runner_against_reference(folder, tokenizer, bound, size_of("executorch"))
 
 
 # ---------------------------------------------------------------- vla-edge export --policy

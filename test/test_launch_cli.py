@@ -213,7 +213,7 @@ def test_launch_sim_writes_the_metrics_json(tmp_path, ros_env):
 @pytest.mark.ros
 def test_demo_reports_and_plots(tmp_path, ros_env):
     result = subprocess.run(
-        [sys.executable, "-m", "vla_edge.cli", "demo", "--duration", "25", "--out", str(tmp_path)],
+        [sys.executable, "-m", "vla_edge.cli", "demo", "--duration", "15", "--out", str(tmp_path)],
         env=ros_env,
         capture_output=True,
         text=True,
@@ -331,7 +331,7 @@ def test_launch_sim_runs_a_learned_policy_through_the_torch_runner(tmp_path, ros
             "--threads",
             "1",
             "--duration",
-            "25",
+            "15",
             "--json",
             str(out),
             "--log-dir",
