@@ -25,13 +25,19 @@ $(STAMP): requirements.txt requirements-nodeps.txt setup.py
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# The tests that start no ROS processes run on TEST_WORKERS pytest-xdist workers (a file
+# per worker at a time, so a module's exported programs are built once); the `ros` tier
+# runs after them, alone, since its graphs run in real time.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q test
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not ros" test
+	$(BIN)/python -m pytest -q -m ros test
 
 # The suite without the slow tier (training, long evaluations, real processes):
 # what a developer runs between changes; `make test` (CI) runs everything.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not ros" test
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not ros" test
 
 demo: $(STAMP)
 	$(BIN)/vla-edge demo

@@ -1,11 +1,22 @@
-"""Shared test set-up: headless MuJoCo rendering.
+"""Shared test set-up: headless MuJoCo rendering, one ROS domain per test process.
 
 MuJoCo picks its OpenGL backend when it is first imported, so the default
 must be in place before any test module imports it (``make test`` exports the
 same values).
+
+Under pytest-xdist (``make test`` runs the tests not marked ``ros`` on two
+workers) each worker leases a ROS domain of its own for its whole life, so
+nodes that two workers create in-process never discover each other.
 """
 
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    from ros_test_domain import DomainLease
+
+    _WORKER_DOMAIN = DomainLease()
+    os.environ["ROS_DOMAIN_ID"] = str(_WORKER_DOMAIN.domain)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
