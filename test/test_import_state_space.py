@@ -83,6 +83,8 @@ def test_eef_pose_import_records_the_state_space_and_keeps_each_width(
     policy = load_policy_dir(out, verify_sha256=True)
     assert policy.state_space == {"kind": "eef_pose"}
     assert yaml.safe_load((out / POLICY_FILE).read_text())["state_space"] == {"kind": "eef_pose"}
+    # the kinematics it was checked against: the package's arm, relative to the package root
+    assert policy.robot == {"mjcf": "sim/tabletop/tabletop.xml", "ee_site": "ee"}
     assert policy.action_space["kind"] == "eef_delta"
     # the manifest's section: the 8 state statistics and the 7 action ones, as in the file
     stats = json.loads((world["ckpt"] / STATS).read_text())["norm_stats"]
@@ -138,6 +140,75 @@ def test_eef_pose_on_a_robot_without_its_kinematics_is_refused(
     with pytest.raises(StateSpaceError, match=words):  # joint actions: only the state needs it
         import_eef_pose(world, world["ckpt"], out, robot, action_space=None)
     assert not out.exists()
+
+
+def own_robot_model(root: Path) -> Path:
+    """The tabletop arm's MJCF outside the package, its end-effector site named ``tool0``."""
+    from vla_edge.sim.paths import scene_xml_path
+
+    text = scene_xml_path("tabletop").read_text()
+    assert text.count('site name="ee"') == 1
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "my_arm.xml").write_text(text.replace('site name="ee"', 'site name="tool0"'))
+    return root / "my_arm.xml"
+
+
+def test_the_robot_model_the_import_checked_is_the_one_the_export_names(
+    world, tmp_path, capsys, monkeypatch
+) -> None:
+    """``import --robot-mjcf M --ee-site S`` records M (absolute) and S; ``export --policy``
+    writes them into the manifest's kinematics, where the runner builds them."""
+    from vla_edge.cli import main
+    from vla_edge.export.manifest import load_manifest
+    from vla_edge.runners.exported import ExportedRunner
+
+    model = own_robot_model(tmp_path / "robot")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "policy"
+    flags = ["--state-space", "eef_pose", "--robot-mjcf", "robot/my_arm.xml", "--ee-site", "tool0"]
+    assert run_import(world, world["ckpt"], out, *flags) == 0
+    assert f"kinematics: {model} (site tool0)" in capsys.readouterr().out
+    policy = load_policy_dir(out)
+    assert policy.robot == {"mjcf": str(model), "ee_site": "tool0"}
+    export = tmp_path / "export"
+    args = ["export", "--policy", str(out), "--backend", "onnx", "--out", str(export)]
+    assert main([*args, "--flow-steps", "2"]) == 0
+    kinematics = load_manifest(export).data["state_space"]["kinematics"]
+    assert (kinematics["mjcf"], kinematics["site"]) == (str(model), "tool0")
+    runner = ExportedRunner(export, threads=1)
+    assert runner.native_spec.state_dim == 8
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--ee-site", "tool0"], "site = 'tool0': not in the robot model"),
+        (["--robot-mjcf", "no_such_arm.xml"], "no_such_arm.xml"),
+    ],
+    ids=["site-not-in-the-model", "no-such-model"],
+)
+def test_export_names_a_wrong_robot_model_before_exporting(
+    world, tmp_path, capsys, flags, words
+) -> None:
+    from vla_edge.cli import main
+
+    out = tmp_path / "policy"
+    assert run_import(world, world["ckpt"], out, "--state-space", "eef_pose") == 0
+    export = tmp_path / "export"
+    args = ["export", "--policy", str(out), "--backend", "onnx", "--out", str(export), *flags]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vla-edge export: ") and words in err
+    assert not export.exists()
+
+
+def test_the_kinematics_flags_are_refused_for_the_bundled_model(tmp_path, capsys) -> None:
+    from vla_edge.cli import main
+
+    args = ["export", "--backend", "onnx", "--out", str(tmp_path / "e"), "--ee-site", "ee"]
+    assert main(args) == 2
+    assert "--ee-site is for --policy" in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()
 
 
 def test_a_policy_dir_without_a_state_space_reads_the_joints(world, tmp_path) -> None:

@@ -197,6 +197,20 @@ def check_state_space(
     return space.to_dict()
 
 
+def robot_entry(mjcf: Path, ee_site: str) -> dict[str, str]:
+    """``policy.yaml``'s ``robot``: the model and site the kinematics were checked against.
+
+    The package's tabletop is kept relative to the package root (found wherever the package
+    is installed); any other model as its absolute path.
+    """
+    from vla_edge.archs.policy_dir import TABLETOP_ROBOT
+    from vla_edge.sim.paths import scene_xml_path
+
+    mjcf = Path(mjcf).resolve()
+    tabletop = mjcf == scene_xml_path("tabletop").resolve()
+    return {"mjcf": TABLETOP_ROBOT["mjcf"] if tabletop else str(mjcf), "ee_site": ee_site}
+
+
 def load_action_space_file(path: Path) -> Any:
     """The ``action_space`` section of a YAML file."""
     from vla_edge.config.loader import load_yaml_file
@@ -358,6 +372,12 @@ def import_checkpoint(
         },
         "action_space": space,
         "state_space": states,
+        **(
+            {"robot": robot_entry(robot.mjcf, robot.ee_site)}
+            if robot.mjcf is not None
+            and (space["kind"] == "eef_delta" or states["kind"] == "eef_pose")
+            else {}
+        ),
         "normalisation": ckpt.normalisation,
         "tokenizer": tok,
         "prompt": facts.prompt,
@@ -470,7 +490,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     robot.add_argument(
         "--robot-mjcf",
         default="tabletop",
-        help="MJCF/URDF with the end-effector site (eef_delta); 'none': no kinematics",
+        help="MJCF/URDF with the end-effector site (eef_delta, eef_pose; recorded in the "
+        "policy directory for the export); 'none': no kinematics",
     )
     robot.add_argument("--ee-site", default=EE_SITE, help="end-effector site in --robot-mjcf")
     sizes = parser.add_argument_group("what the checkpoint may not say")
@@ -555,6 +576,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  cameras: {policy.cameras}")
     print(f"  action space: {space['kind']} ({space.get('units', '-')}) on dims {space['indices']}")
     print(f"  state space: {policy.state_space['kind']}")
+    if policy.robot is not None:
+        print(f"  kinematics: {policy.robot['mjcf']} (site {policy.robot['ee_site']})")
     print(f"  normalisation: {norm['kind']} (epsilon {norm['epsilon']:g})")
     print(f"  chunk: {policy.chunk_horizon} steps every {policy.dt_action_s} s")
     return 0

@@ -29,6 +29,10 @@ reads and validates it::
     action_space: {kind: joint_position, policy_dim: 32, indices: [...], ...}
     state_space: {kind: joint_position}    # or eef_pose (openpi LIBERO's 8-D state);
                                            # absent: joint_position (vla_edge.actions.state)
+    robot: {mjcf: sim/tabletop/tabletop.xml, ee_site: ee}
+                                           # the kinematics the import checked eef_delta /
+                                           # eef_pose against (a package-relative or absolute
+                                           # path); absent when no space needs them
     normalisation:                         # the export manifest's field names
       kind: mean_std                       # or quantile; per_part when state and actions differ
       epsilon: 1.0e-06
@@ -411,6 +415,10 @@ def check_output_dir(out: Path, force: bool) -> None:
 
 # -- the directory -----------------------------------------------------------------------
 
+TABLETOP_ROBOT = {"mjcf": "sim/tabletop/tabletop.xml", "ee_site": "ee"}
+"""The package's tabletop arm: its model relative to the package root (the source tree or
+``share/vla_edge``) and its end-effector site."""
+
 
 @dataclass(frozen=True)
 class PolicyDir:
@@ -432,6 +440,22 @@ class PolicyDir:
     source: dict[str, Any]
     state_space: dict[str, Any]
     """``{"kind": "joint_position"}`` when ``policy.yaml`` has none."""
+    robot: dict[str, str] | None = None
+    """``{"mjcf", "ee_site"}``: the robot model whose kinematics the import checked the
+    ``eef_delta`` / ``eef_pose`` spaces against; ``None`` when neither space needs them."""
+
+    def robot_model(
+        self, mjcf: str | Path | None = None, ee_site: str | None = None
+    ) -> tuple[str | Path, str]:
+        """The robot model and end-effector site of the kinematics an export records.
+
+        Each is the one given, else the import's :attr:`robot`, else the tabletop arm's.
+        """
+        recorded = self.robot or TABLETOP_ROBOT
+        return (
+            recorded["mjcf"] if mjcf is None else mjcf,
+            recorded["ee_site"] if ee_site is None else ee_site,
+        )
 
     @property
     def cameras(self) -> dict[str, str | None]:
@@ -522,6 +546,7 @@ class PolicyDir:
             "images": self.images,
             "action_space": self.action_space,
             "state_space": self.state_space,
+            "robot": self.robot,
             "normalisation": self.normalisation,
             "tokenizer": self.tokenizer,
             "prompt": self.prompt,
@@ -612,6 +637,16 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
             f"{where}: state_space = {state_space!r}: expected a mapping with a kind "
             "(joint_position, eef_pose)"
         )
+    robot = data.get("robot")
+    if robot is not None and not (
+        isinstance(robot, dict)
+        and set(robot) == {"mjcf", "ee_site"}
+        and all(isinstance(v, str) and v for v in robot.values())
+    ):
+        raise PolicyDirError(
+            f"{where}: robot = {robot!r}: expected {{mjcf: PATH, ee_site: NAME}} (the robot "
+            "model the import checked the kinematics against)"
+        )
     for entry, what in ((weights, "weights"), (tokenizer, "tokenizer")):
         file = path / str(entry.get("file"))
         if not file.is_file():
@@ -631,6 +666,7 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
         weights=weights,
         source=_require(data, "source", dict, where),
         state_space=state_space,
+        robot=robot,
     )
 
 

@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vla_edge.config.models import MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.export.manifest import BACKENDS, QUANTS
+
+if TYPE_CHECKING:
+    from vla_edge.archs.policy_dir import PolicyDir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="export untrained weights of this model config (training YAML) instead",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads while exporting")
+    robot = parser.add_argument_group(
+        "--policy with an eef_delta / eef_pose space: the robot's kinematics "
+        "(default: the ones vla-edge import checked)"
+    )
+    robot.add_argument(
+        "--robot-mjcf", help="the robot's MJCF / URDF ('tabletop': the package's arm)"
+    )
+    robot.add_argument("--ee-site", help="the end-effector site in --robot-mjcf")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
     if args.policy is not None:
         return _run_policy_dir(args)
     try:
+        for flag, value in (("--robot-mjcf", args.robot_mjcf), ("--ee-site", args.ee_site)):
+            if value is not None:
+                raise ConfigError(f"{flag} is for --policy (a policy directory's kinematics)")
         checkpoint: Path | None
         if args.untrained_config is not None:
             from vla_edge.policy.config import load_train_file
@@ -158,7 +173,8 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--flow-steps = {args.flow_steps}, expected 1 <= K <= {MAX_FLOW_STEPS}"
             )
-        architecture = load_policy_dir(args.policy).architecture
+        policy = load_policy_dir(args.policy)
+        architecture = policy.architecture
         if architecture not in POLICY_EXPORTERS:
             raise ConfigError(
                 f"--policy {args.policy}: architecture = {architecture!r} has no exporter "
@@ -167,10 +183,49 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
         export_policy_dir = importlib.import_module(
             POLICY_EXPORTERS[architecture]
         ).export_policy_dir
+        mjcf, ee_site = _checked_kinematics(policy, args.robot_mjcf, args.ee_site)
         export_policy_dir(
-            args.policy, args.out, args.backend, args.quant, flow_steps=args.flow_steps
+            args.policy,
+            args.out,
+            args.backend,
+            args.quant,
+            flow_steps=args.flow_steps,
+            robot_mjcf=mjcf,
+            ee_site=ee_site,
         )
     except VlaEdgeError as exc:
         print(f"vla-edge export: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _checked_kinematics(
+    policy: PolicyDir, mjcf: str | None, ee_site: str | None
+) -> tuple[str | Path, str]:
+    """The robot model and site the export records, checked as the runner will build them.
+
+    ``--robot-mjcf PATH`` is kept absolute (``tabletop``: the package's arm, relative to the
+    package root); left out, each is the import's (:meth:`PolicyDir.robot_model`). A policy
+    with an ``eef_delta`` action space or an ``eef_pose`` state gets its kinematics loaded
+    here, with its arm joints, so a wrong model or site is named before anything exports.
+
+    Raises:
+        AssetNotFoundError: no such model file.
+        ConfigError: MuJoCo cannot load it.
+        ActionSpaceError: it lacks the site or an arm joint.
+    """
+    from vla_edge.actions import Kinematics
+    from vla_edge.archs.policy_dir import TABLETOP_ROBOT
+    from vla_edge.export.pi0 import GRIPPER_JOINT
+    from vla_edge.runners.exported import robot_model_path
+
+    if mjcf is not None:
+        mjcf = TABLETOP_ROBOT["mjcf"] if mjcf == "tabletop" else str(Path(mjcf).resolve())
+    model, site = policy.robot_model(mjcf, ee_site)
+    spaces = (policy.action_space, policy.state_space)
+    if all(space.get("kind") not in ("eef_delta", "eef_pose") for space in spaces):
+        return model, site
+    gripper = policy.state_space.get("gripper_joint", GRIPPER_JOINT)
+    arm = [j for j in policy.joint_names if j != gripper]
+    Kinematics.from_mjcf(robot_model_path(str(model), "--robot-mjcf"), arm, site)
+    return model, site

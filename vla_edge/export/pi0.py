@@ -43,6 +43,7 @@ import torch
 from vla_edge.archs.pi0.config import Pi0Config
 from vla_edge.archs.pi0.model import Pi0Model
 from vla_edge.archs.pi0.stages import STAGE_NAMES, Pi0Stages, build_stages
+from vla_edge.archs.policy_dir import TABLETOP_ROBOT
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.manifest import BACKENDS, TensorSpec
 from vla_edge.export.stages import StageProgram
@@ -52,9 +53,9 @@ TOKENIZER_FILE = "tokenizer.model"
 NORM_EPSILON = 1e-6
 """openpi's epsilon in both formulas (``transforms.Normalize``)."""
 NORM_STATS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
-TABLETOP_MJCF = "sim/tabletop/tabletop.xml"
+TABLETOP_MJCF = TABLETOP_ROBOT["mjcf"]
 """The tabletop arm's model, relative to the package root (source tree or ``share/vla_edge``)."""
-TABLETOP_EE_SITE = "ee"
+TABLETOP_EE_SITE = TABLETOP_ROBOT["ee_site"]
 GRIPPER_JOINT = "gripper"
 
 
@@ -408,8 +409,8 @@ def export_policy_dir(
     quant: str = "fp32",
     *,
     flow_steps: int | None = None,
-    robot_mjcf: str | Path = TABLETOP_MJCF,
-    ee_site: str = TABLETOP_EE_SITE,
+    robot_mjcf: str | Path | None = None,
+    ee_site: str | None = None,
     arm_joints: Sequence[str] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -424,7 +425,9 @@ def export_policy_dir(
     Args:
         flow_steps: Euler steps ``K`` built into the action head (default: the config's).
         robot_mjcf, ee_site, arm_joints: ``eef_delta``'s and ``eef_pose``'s kinematics
-            (see :func:`manifest_kinematics`); ignored by the other kinds.
+            (see :func:`manifest_kinematics`; the model and site default to
+            :meth:`~vla_edge.archs.policy_dir.PolicyDir.robot_model`'s, the ones the import
+            checked); ignored by the other kinds.
 
     Raises:
         ConfigError: the directory holds another architecture, or its prompt or
@@ -456,7 +459,7 @@ def export_policy_dir(
     model = Pi0Model(config).eval()
     load_pi0_weights(policy, model)
     source = policy_dir_source(path, policy)
-    robot = (policy.joint_names, robot_mjcf, ee_site, arm_joints)
+    robot = (policy.joint_names, *policy.robot_model(robot_mjcf, ee_site), arm_joints)
     return export_pi0(
         model,
         out_dir,

@@ -559,7 +559,8 @@ def export_policy_dir(
     Args:
         flow_steps: Euler steps ``K`` built into the action head (default: the config's).
         robot_mjcf, ee_site, arm_joints: ``eef_delta``'s and ``eef_pose``'s kinematics
-            (default: the tabletop arm's); ignored by the other kinds.
+            (the model and site default to the ones the import checked, else the tabletop
+            arm's); ignored by the other kinds.
 
     Raises:
         ConfigError: the directory holds another architecture, or its prompt or image
@@ -568,12 +569,7 @@ def export_policy_dir(
     """
     from vla_edge.archs.policy_dir import load_policy_dir
     from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
-    from vla_edge.export.pi0 import (
-        TABLETOP_EE_SITE,
-        TABLETOP_MJCF,
-        manifest_action_space,
-        manifest_state_space,
-    )
+    from vla_edge.export.pi0 import manifest_action_space, manifest_state_space
     from vla_edge.export.pipeline import policy_dir_source
 
     policy = load_policy_dir(path, verify_sha256=True)
@@ -600,12 +596,7 @@ def export_policy_dir(
     model = SmolVLAModel(config).eval()
     load_smolvla_weights(policy, model)
     source = policy_dir_source(path, policy)
-    robot = (
-        policy.joint_names,
-        TABLETOP_MJCF if robot_mjcf is None else robot_mjcf,
-        TABLETOP_EE_SITE if ee_site is None else ee_site,
-        arm_joints,
-    )
+    robot = (policy.joint_names, *policy.robot_model(robot_mjcf, ee_site), arm_joints)
     return export_smolvla(
         model,
         out_dir,
