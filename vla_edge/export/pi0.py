@@ -46,6 +46,7 @@ from vla_edge.archs.pi0.stages import STAGE_NAMES, Pi0Stages, build_stages
 from vla_edge.archs.policy_dir import TABLETOP_ROBOT
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.manifest import BACKENDS, TensorSpec
+from vla_edge.export.pipeline import prefix_flow_contract
 from vla_edge.export.stages import StageProgram
 
 OUTPUT = "action_head.actions"
@@ -166,49 +167,26 @@ def pi0_contract(
         raise ConfigError(
             f"joint_names has {n} entries, expected 1 to action_dim = {config.action_dim}"
         )
-    slots = image_slots(config, camera_map)
-    size, h, a = config.vision.image_size, config.action_horizon, config.action_dim
-    length = config.max_token_len
-    f32 = "float32"
-    return {
-        "architecture": architecture_name(config),
-        "stage_order": list(STAGE_NAMES),
-        "output": OUTPUT,
-        "host": {
-            "images": {
-                "shape": [config.n_slots, 3, size, size],
-                "dtype": f32,
-                "slots": slots,
-                "pixel_range": [-1.0, 1.0],
-                "resize": "pad",
-            },
-            "image_mask": {"shape": [config.n_slots], "dtype": f32},
-            "token_ids": {
-                "shape": [1, length],
-                "dtype": "int64",
-                "tokenizer": {"kind": "sentencepiece", "file": TOKENIZER_FILE},
-                "prompt": prompt_format(config),
-            },
-            "token_mask": {"shape": [1, length], "dtype": f32},
-            "state": {"shape": [1, a], "dtype": f32},
-            "noise": {"shape": [1, h, a], "dtype": f32},
-            "prefix_actions": {"shape": [1, h, a], "dtype": f32},
-            "prefix_mask": {"shape": [1, h], "dtype": f32},
-        },
-        "normalisation": normalisation
-        if normalisation is not None
-        else normalisation_section(normalisation_kind(config), norm_stats or {}, n, delta_actions),
-        "joint_names": list(joint_names),
-        "action_dim": a,
-        "chunk_horizon": h,
-        "dt_action_s": float(dt_action_s),
-        "flow_steps": config.flow_steps,
-        "cameras": [s["camera"] for s in slots if s["camera"] is not None],
-        "image_height": size,
-        "image_width": size,
-        "source": dict(source) if source is not None else {"trained": False},
-        "model_config": config.model_dump(mode="json"),
-    }
+    if normalisation is None:
+        normalisation = normalisation_section(
+            normalisation_kind(config), norm_stats or {}, n, delta_actions
+        )
+    return prefix_flow_contract(
+        config,
+        architecture=architecture_name(config),
+        stage_order=STAGE_NAMES,
+        output=OUTPUT,
+        slots=image_slots(config, camera_map),
+        images={"resize": "pad"},
+        tokenizer={"kind": "sentencepiece", "file": TOKENIZER_FILE},
+        prompt=prompt_format(config),
+        state_dim=config.action_dim,
+        chunk_horizon=config.action_horizon,
+        normalisation=normalisation,
+        joint_names=joint_names,
+        dt_action_s=dt_action_s,
+        source=source,
+    )
 
 
 def example_inputs(stages: Pi0Stages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:

@@ -73,6 +73,7 @@ from vla_edge.core.errors import (
 )
 from vla_edge.export.manifest import BACKENDS, HF_TOKENIZER_JSON, TensorSpec, file_sha256
 from vla_edge.export.normalisation import codec_from_section
+from vla_edge.export.pipeline import prefix_flow_contract
 from vla_edge.export.stages import StageProgram
 
 ARCHITECTURE = "smolvla"
@@ -252,47 +253,22 @@ def smolvla_contract(
         codec_from_section(dict(normalisation), state_dim=None, action_dim=None)
     except ManifestMismatchError as exc:
         raise ConfigError(f"normalisation: {exc}") from exc
-    size, h, a = config.vision.image_size, config.chunk_size, config.action_dim
-    length = config.max_token_len
-    f32 = "float32"
-    return {
-        "architecture": ARCHITECTURE,
-        "stage_order": list(STAGE_NAMES),
-        "output": OUTPUT,
-        "host": {
-            "images": {
-                "shape": [config.n_slots, 3, size, size],
-                "dtype": f32,
-                "slots": slots,
-                "pixel_range": [-1.0, 1.0],
-                "resize": "pad_top_left",
-                "resample": "bilinear",
-            },
-            "image_mask": {"shape": [config.n_slots], "dtype": f32},
-            "token_ids": {
-                "shape": [1, length],
-                "dtype": "int64",
-                "tokenizer": {"kind": "huggingface", "file": TOKENIZER_DIR},
-                "prompt": PROMPT,
-            },
-            "token_mask": {"shape": [1, length], "dtype": f32},
-            "state": {"shape": [1, config.state_dim], "dtype": f32},
-            "noise": {"shape": [1, h, a], "dtype": f32},
-            "prefix_actions": {"shape": [1, h, a], "dtype": f32},
-            "prefix_mask": {"shape": [1, h], "dtype": f32},
-        },
-        "normalisation": dict(normalisation),
-        "joint_names": list(joint_names),
-        "action_dim": a,
-        "chunk_horizon": h,
-        "dt_action_s": float(dt_action_s),
-        "flow_steps": config.flow_steps,
-        "cameras": [s["camera"] for s in slots if s["camera"] is not None],
-        "image_height": size,
-        "image_width": size,
-        "source": dict(source) if source is not None else {"trained": False},
-        "model_config": config.model_dump(mode="json"),
-    }
+    return prefix_flow_contract(
+        config,
+        architecture=ARCHITECTURE,
+        stage_order=STAGE_NAMES,
+        output=OUTPUT,
+        slots=slots,
+        images={"resize": "pad_top_left", "resample": "bilinear"},
+        tokenizer={"kind": "huggingface", "file": TOKENIZER_DIR},
+        prompt=PROMPT,
+        state_dim=config.state_dim,
+        chunk_horizon=config.chunk_size,
+        normalisation=normalisation,
+        joint_names=joint_names,
+        dt_action_s=dt_action_s,
+        source=source,
+    )
 
 
 def example_inputs(stages: SmolVLAStages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
