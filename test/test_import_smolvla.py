@@ -15,7 +15,6 @@ import pytest
 import torch
 import yaml
 from safetensors import safe_open
-from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import load_file, save_file
 
 from vla_edge.actions.space import JointCalibration
@@ -28,6 +27,12 @@ from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel, SmolVLMTextSize
 from vla_edge.archs.smolvla import checkpoint as ckpt_module
 from vla_edge.archs.smolvla.checkpoint import expected_shapes, infer_config, load_smolvla_weights
 from vla_edge.archs.smolvla.layout import LM_HEAD, to_lerobot
+from vla_edge.bench.arch_loop import (
+    POST_STATS,
+    PRE_STATS,
+    smolvla_config_json,
+    write_smolvla_checkpoint,
+)
 from vla_edge.cli import main
 from vla_edge.core.errors import (
     ActionSpaceError,
@@ -47,8 +52,8 @@ JOINTS = ("joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper")
 STATE_DIM, ACTION_DIM = 7, 7  # the real widths; the model pads both to 32
 SLOTS = ("observation.images.top", "observation.images.wrist")
 WORDS = "pick up the red block and put it in bowl push green to plate open drawer".split()
-PRE_STATS = "policy_preprocessor_step_5_normalizer_processor.safetensors"
-POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+TEST_BACKBONE = "test/tiny-smolvlm"
+"""An unknown backbone: its published depth is the kept layers'."""
 KEYS_MANIFEST = json.loads((Path(__file__).parent / "data" / "smolvla_keys.json").read_text())
 
 
@@ -87,35 +92,7 @@ def lerobot_file(model: SmolVLAModel) -> dict[str, torch.Tensor]:
 
 
 def config_json(config: SmolVLAConfig) -> dict:
-    visual = {"type": "VISUAL", "shape": [3, 480, 640]}
-    return {
-        "type": "smolvla",
-        "vlm_model_name": "test/tiny-smolvlm",
-        "load_vlm_weights": False,
-        "num_vlm_layers": config.num_vlm_layers,
-        "num_expert_layers": -1,
-        "expert_width_multiplier": config.expert_width_multiplier,
-        "self_attn_every_n_layers": config.self_attn_every_n_layers,
-        "attention_mode": "cross_attn",
-        "chunk_size": config.chunk_size,
-        "n_action_steps": config.chunk_size,
-        "max_state_dim": config.state_dim,
-        "max_action_dim": config.action_dim,
-        "num_steps": config.flow_steps,
-        "resize_imgs_with_padding": [config.vision.image_size] * 2,
-        "tokenizer_max_length": config.max_token_len,
-        "pad_language_to": "longest",
-        "add_image_special_tokens": False,
-        "empty_cameras": 0,
-        "min_period": config.min_period,
-        "max_period": config.max_period,
-        "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
-        "input_features": {
-            "observation.state": {"type": "STATE", "shape": [STATE_DIM]},
-            **{slot: visual for slot in config.image_slots},
-        },
-        "output_features": {"action": {"type": "ACTION", "shape": [ACTION_DIM]}},
-    }
+    return smolvla_config_json(config, STATE_DIM, ACTION_DIM, vlm_model_name=TEST_BACKBONE)
 
 
 def radian_stats(rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -138,30 +115,7 @@ def degree_stats(rng: np.random.Generator) -> dict[str, np.ndarray]:
 def write_lerobot(root: Path, model: SmolVLAModel, stats: dict[str, np.ndarray]) -> Path:
     """LeRobot's pretrained layout with the processors' statistics files."""
     root.mkdir(parents=True)
-    save_file(lerobot_file(model), str(root / "model.safetensors"))
-    (root / "config.json").write_text(json.dumps(config_json(model.config)))
-    save_numpy(stats, str(root / PRE_STATS))
-    save_numpy({k: v for k, v in stats.items() if k.startswith("action.")}, str(root / POST_STATS))
-    norm_cfg = {"eps": 1e-8, "features": {}, "norm_map": {"VISUAL": "IDENTITY"}}
-    before = ["rename_observations", "to_batch", "smolvla_new_line", "tokenizer", "device"]
-    pre = {
-        "name": "policy_preprocessor",
-        "steps": [{"registry_name": f"{name}_processor", "config": {}} for name in before]
-        + [{"registry_name": "normalizer_processor", "config": norm_cfg, "state_file": PRE_STATS}],
-    }
-    post = {
-        "name": "policy_postprocessor",
-        "steps": [
-            {
-                "registry_name": "unnormalizer_processor",
-                "config": norm_cfg,
-                "state_file": POST_STATS,
-            }
-        ],
-    }
-    (root / "policy_preprocessor.json").write_text(json.dumps(pre))
-    (root / "policy_postprocessor.json").write_text(json.dumps(post))
-    return root
+    return write_smolvla_checkpoint(root, model, stats, vlm_model_name=TEST_BACKBONE)
 
 
 def write_lerobot_in_weights(root: Path, model: SmolVLAModel, stats: dict) -> Path:

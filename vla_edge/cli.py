@@ -31,6 +31,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "parity": ("vla_edge.bench.parity", "backend parity against the torch reference"),
     "latency": ("vla_edge.bench.latency", "per-stage and end-to-end latency per backend"),
     "faults": ("vla_edge.bench.fault_bench", "task success under a mild camera delay"),
+    "loop": ("vla_edge.bench.arch_loop", "a random-weight imported model in the closed loop"),
 }
 
 

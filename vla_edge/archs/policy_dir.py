@@ -546,7 +546,7 @@ class PolicyDir:
             "images": self.images,
             "action_space": self.action_space,
             "state_space": self.state_space,
-            "robot": self.robot,
+            **({"robot": self.robot} if self.robot is not None else {}),
             "normalisation": self.normalisation,
             "tokenizer": self.tokenizer,
             "prompt": self.prompt,

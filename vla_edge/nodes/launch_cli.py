@@ -404,6 +404,7 @@ def collect_metrics(
         "buffer_underruns": int(underruns) if underruns is not None else None,
         "chunks_accepted": _float(ctrl, "accepted"),
         "chunks_rejected": _float(ctrl, "rejected"),
+        "chunks_rejected_stale": _float(ctrl, "rejected_stale"),
         "inference_stage_ms": {
             stage: {
                 "p50": _float(infer, f"stage_ms.{stage}.p50"),

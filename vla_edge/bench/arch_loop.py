@@ -1,0 +1,379 @@
+"""``vla-edge bench loop``: a random-weight imported architecture in the closed loop.
+
+``vla-edge bench loop --arch smolvla --size full --json OUT [--work-dir DIR] [--episodes 2]
+[--task T] [--duration-s 60] [--threads 2] [--reuse]``
+
+The situation of a user whose computer is slower than the policy wants, made from public
+code only (time and safety do not depend on the weight values):
+
+1. ``checkpoint``: seeded random weights (:func:`vla_edge.bench.arch_models.random_model`)
+   written in the architecture's published layout (SmolVLA: LeRobot's pretrained layout,
+   ``config.json``, ``model.safetensors`` and the processors' statistics files), with the
+   state and action statistics about the tabletop arm's home pose, and a word-level Hugging
+   Face tokenizer directory of the suite's instructions;
+2. ``import``: ``vla-edge import`` of that checkpoint onto the package's robot (its first
+   slot on ``agentview``, a second on ``wrist``; joint positions in rad);
+3. ``export``: ``vla-edge export --policy`` to ONNX Runtime fp32;
+4. ``inference``: the exported runner's wall time per chunk on rendered observations;
+5. ``eval``: ``vla-edge eval`` of ``--episodes`` init states of ``--task`` in virtual time,
+   the measured p50 as the simulated inference delay;
+6. ``launch``: ``vla-edge launch sim`` for ``--duration-s`` with real processes.
+
+``--reuse`` keeps the checkpoint, policy directory and export already in ``--work-dir``
+(a full-size export takes minutes). The JSON holds each step's wall time and figures, and
+``checks`` (each true or false): every node exited 0; no command out of the safety limits,
+none rejected and no e-stop, in either run; every chunk the controller refused was refused
+as stale (older than ``max_chunk_age_s``), so the arm was fed or held, never driven by an
+old chunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vla_edge.core.errors import ConfigError
+
+ARCHS = ("smolvla",)
+"""Architectures whose published layout this bench writes."""
+DT_ACTION_S = 0.1
+ACTION_STD_RAD = 0.02
+"""Spread of the action statistics about the home pose (the gripper's: 5 mm)."""
+CAMERAS = ("agentview", "wrist")
+"""The robot camera of the checkpoint's first and second image slots."""
+SMOLVLM2 = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
+"""The backbone LeRobot's published SmolVLA names (``vlm_model_name``)."""
+PRE_STATS = "policy_preprocessor_step_5_normalizer_processor.safetensors"
+POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
+TIMED_CHUNKS = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``vla-edge bench loop``."""
+    parser.add_argument("--arch", choices=ARCHS, default="smolvla")
+    parser.add_argument("--size", choices=("full", "small"), default="full")
+    parser.add_argument("--cameras", type=int, default=1, help="image slots (1 or 2)")
+    parser.add_argument("--json", type=Path, required=True, help="output JSON")
+    parser.add_argument("--work-dir", type=Path, default=Path("out/bench/loop"))
+    parser.add_argument("--episodes", type=int, default=2, help="eval init states 0..N-1")
+    parser.add_argument("--task", default="lift_green_block")
+    parser.add_argument("--duration-s", type=float, default=60.0, help="launch sim length")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the checkpoint, policy and export found"
+    )
+
+
+# -- the checkpoint ------------------------------------------------------------------------
+
+
+def home_statistics(std_rad: float = ACTION_STD_RAD) -> dict[str, np.ndarray]:
+    """LeRobot's statistics keys: state and actions about the tabletop arm's home pose."""
+    from vla_edge.sim.tasks import HOME_ARM_QPOS_RAD
+
+    home = np.array([*HOME_ARM_QPOS_RAD.tolist(), 0.04], np.float32)  # gripper open (m)
+    action_std = np.array([std_rad] * (home.size - 1) + [0.005], np.float32)
+    return {
+        "observation.state.mean": home,
+        "observation.state.std": np.full(home.size, 0.5, np.float32),
+        "action.mean": home,
+        "action.std": action_std,
+    }
+
+
+def smolvla_config_json(
+    config: Any, state_dim: int, action_dim: int, vlm_model_name: str = SMOLVLM2
+) -> dict[str, Any]:
+    """``config.json`` as LeRobot's ``SmolVLAPolicy.save_pretrained`` writes it."""
+    visual = {"type": "VISUAL", "shape": [3, 480, 640]}
+    return {
+        "type": "smolvla",
+        "vlm_model_name": vlm_model_name,
+        "load_vlm_weights": False,
+        "num_vlm_layers": config.num_vlm_layers,
+        "num_expert_layers": -1,
+        "expert_width_multiplier": config.expert_width_multiplier,
+        "self_attn_every_n_layers": config.self_attn_every_n_layers,
+        "attention_mode": "cross_attn",
+        "chunk_size": config.chunk_size,
+        "n_action_steps": config.chunk_size,
+        "max_state_dim": config.state_dim,
+        "max_action_dim": config.action_dim,
+        "num_steps": config.flow_steps,
+        "resize_imgs_with_padding": [config.vision.image_size] * 2,
+        "tokenizer_max_length": config.max_token_len,
+        "pad_language_to": "longest",
+        "add_image_special_tokens": False,
+        "empty_cameras": 0,
+        "min_period": config.min_period,
+        "max_period": config.max_period,
+        "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
+        "input_features": {
+            "observation.state": {"type": "STATE", "shape": [state_dim]},
+            **{slot: visual for slot in config.image_slots},
+        },
+        "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
+    }
+
+
+def write_smolvla_checkpoint(
+    out: Path, model: Any, stats: dict[str, np.ndarray], vlm_model_name: str = SMOLVLM2
+) -> Path:
+    """``model`` in LeRobot's pretrained layout, with the processors' statistics files.
+
+    ``stats``: LeRobot's keys (``observation.state.mean``, ``action.std``, ...); the
+    feature widths in ``config.json`` are theirs.
+    """
+    import torch
+    from safetensors.numpy import save_file as save_numpy
+    from safetensors.torch import save_file
+
+    from vla_edge.archs.smolvla.layout import LM_HEAD, to_lerobot
+
+    c = model.config
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = to_lerobot({k: v.contiguous() for k, v in model.state_dict().items()})
+    tensors[LM_HEAD] = torch.zeros(c.text.vocab_size, c.text.width)  # SmolVLM2's, unread
+    save_file(tensors, str(out / "model.safetensors"))
+    del tensors
+    widths = (int(stats["observation.state.mean"].size), int(stats["action.mean"].size))
+    config_json = smolvla_config_json(c, *widths, vlm_model_name=vlm_model_name)
+    (out / "config.json").write_text(json.dumps(config_json, indent=1))
+    save_numpy(stats, str(out / PRE_STATS))
+    save_numpy({k: v for k, v in stats.items() if k.startswith("action.")}, str(out / POST_STATS))
+    norm = {"eps": 1e-8, "features": {}, "norm_map": {"VISUAL": "IDENTITY"}}
+    before = ["rename_observations", "to_batch", "smolvla_new_line", "tokenizer", "device"]
+    steps = [{"registry_name": f"{name}_processor", "config": {}} for name in before]
+    steps.append({"registry_name": "normalizer_processor", "config": norm, "state_file": PRE_STATS})
+    unnormalize = {"registry_name": "unnormalizer_processor", "config": norm}
+    pipelines = {
+        "policy_preprocessor.json": {"name": "policy_preprocessor", "steps": steps},
+        "policy_postprocessor.json": {
+            "name": "policy_postprocessor",
+            "steps": [{**unnormalize, "state_file": POST_STATS}],
+        },
+    }
+    for name, pipeline in pipelines.items():
+        (out / name).write_text(json.dumps(pipeline, indent=1))
+    return out
+
+
+def write_word_tokenizer(out: Path) -> Path:
+    """A Hugging Face tokenizer directory: one id per word of the suite's instructions."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from vla_edge.sim.tasks import TASKS
+
+    words = sorted({w for task in TASKS.values() for w in task.instruction.split()})
+    vocab = {"<pad>": 0, "<unk>": 1, **{w: i + 2 for i, w in enumerate(words)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(out / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>"}
+    (out / "tokenizer_config.json").write_text(json.dumps(config))
+    return out
+
+
+# -- the steps -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _timed(record: dict[str, Any], name: str, log: Callable[[str], None]) -> Iterator[dict]:
+    """``record[name]``, a step's figures, with its ``wall_s``; a log line before and after."""
+    log(f"{name} ...")
+    t0 = time.perf_counter()
+    record[name] = {}
+    yield record[name]
+    record[name]["wall_s"] = round(time.perf_counter() - t0, 2)
+    log(f"{name}: {record[name]['wall_s']} s")
+
+
+def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str], None]) -> Path:
+    """Steps 1-3: checkpoint, policy directory, export (kept with ``--reuse``); the export."""
+    from vla_edge.archs.common import ImportOptions
+    from vla_edge.archs.import_cli import default_robot, import_checkpoint
+    from vla_edge.bench.arch_models import model_config, random_model
+    from vla_edge.export.smolvla import export_policy_dir
+
+    work = args.work_dir
+    ckpt, tokenizer = work / "checkpoint", work / "tokenizer"
+    policy, export = work / "policy", work / "export_onnx_fp32"
+    config = model_config(args.arch, args.size, args.cameras)
+    record["model"] = {
+        "arch": args.arch,
+        "size": args.size,
+        "cameras": args.cameras,
+        "seed": args.seed,
+        "chunk_horizon": config.chunk_size,
+        "flow_steps": config.flow_steps,
+        "image_size": config.vision.image_size,
+    }
+    if not (args.reuse and (ckpt / "model.safetensors").is_file()):
+        with _timed(record, "checkpoint", log) as step:
+            model = random_model(args.arch, args.size, args.cameras, args.seed)
+            step["parameters"] = sum(p.numel() for p in model.parameters())
+            write_smolvla_checkpoint(ckpt, model, home_statistics())
+            del model
+            write_word_tokenizer(tokenizer)
+            step["bytes"] = (ckpt / "model.safetensors").stat().st_size
+    if not (args.reuse and (policy / "policy.yaml").is_file()):
+        with _timed(record, "import", log):
+            slots = dict(zip(config.image_slots, CAMERAS, strict=False))
+            # the published size's head counts follow from its widths; others are given
+            heads = (
+                {}
+                if args.size == "full"
+                else {
+                    "text_heads": config.text.num_heads,
+                    "vision_heads": config.vision.num_heads,
+                }
+            )
+            import_checkpoint(
+                ckpt,
+                policy,
+                tokenizer,
+                DT_ACTION_S,
+                default_robot(),
+                options=ImportOptions(**heads),
+                cameras=slots,
+                force=True,
+            )
+    if not (args.reuse and (export / "manifest.json").is_file()):
+        with _timed(record, "export", log) as step:
+            if export.exists():
+                shutil.rmtree(export)
+            export_policy_dir(policy, export, "onnx", "fp32", log=lambda _m: None)
+            step["bytes"] = sum(f.stat().st_size for f in export.iterdir() if f.is_file())
+    return export
+
+
+def time_inference(
+    export: Path, task: str, threads: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Step 4: wall ms per chunk of the exported runner on rendered tabletop observations."""
+    from vla_edge.runners.factory import make_runner
+    from vla_edge.sim.env import TabletopEnv
+
+    runner = make_runner(str(export), threads=threads)
+    env = TabletopEnv(cameras=runner.spec.cameras)
+    obs = env.reset(task, 0)
+    runner.infer(obs)  # warm-up: the first call allocates
+    ms = []
+    for _ in range(TIMED_CHUNKS):
+        t0 = time.perf_counter()
+        runner.infer(obs)
+        ms.append((time.perf_counter() - t0) * 1e3)
+    runner.close()
+    env.close()
+    out = {"chunks": TIMED_CHUNKS, "p50_ms": float(np.median(ms)), "max_ms": float(max(ms))}
+    log(f"inference: p50 {out['p50_ms']:.0f} ms per chunk")
+    return out
+
+
+def _vla_edge(argv: list[str], log_file: Path, timeout_s: float) -> int:
+    """Run ``vla-edge ARGV`` in a fresh process; its output goes to ``log_file``."""
+    with log_file.open("w") as log:
+        done = subprocess.run(
+            [sys.executable, "-m", "vla_edge.cli", *argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ),
+            timeout=timeout_s,
+            check=False,
+        )
+    return done.returncode
+
+
+def run_eval(args: argparse.Namespace, export: Path, delay_ms: float) -> dict[str, Any]:
+    """Step 5: ``vla-edge eval`` in virtual time with ``delay_ms`` per inference."""
+    out = args.work_dir / "eval.json"
+    argv = ["eval", "--policy", str(export), "--episodes", str(args.episodes)]
+    argv += ["--tasks", args.task, "--delay-ms", f"{delay_ms:.0f}", "--quiet"]
+    argv += ["--threads", str(args.threads), "--json", str(out)]
+    code = _vla_edge(argv, args.work_dir / "eval.log", timeout_s=7200.0)
+    if code != 0 or not out.is_file():
+        raise ConfigError(f"vla-edge eval exited {code}; see {args.work_dir / 'eval.log'}")
+    return json.loads(out.read_text())
+
+
+def run_launch(args: argparse.Namespace, export: Path) -> dict[str, Any]:
+    """Step 6: ``vla-edge launch sim`` with real processes for ``--duration-s``."""
+    out = args.work_dir / "launch.json"
+    argv = ["launch", "sim", "--policy", str(export), "--task", args.task]
+    argv += ["--duration", f"{args.duration_s:g}", "--threads", str(args.threads)]
+    argv += ["--json", str(out), "--log-dir", str(args.work_dir / "logs")]
+    code = _vla_edge(argv, args.work_dir / "launch.log", timeout_s=args.duration_s + 600.0)
+    if not out.is_file():
+        raise ConfigError(f"vla-edge launch exited {code}; see {args.work_dir / 'launch.log'}")
+    return {"exit_code": code, **json.loads(out.read_text())}
+
+
+def checks(evaluation: dict[str, Any], launch: dict[str, Any]) -> dict[str, bool]:
+    """The run's conditions: fed or held, never driven by an old chunk, nothing unsafe."""
+    supervisor = evaluation["safety"]["supervisor"]
+    controller = evaluation["safety"]["controller"]
+    safety = launch["safety"]
+    return {
+        "launch_nodes_exit_0": launch["exit_code"] == 0
+        and all(code == 0 for code in launch["exit_codes"].values()),
+        "eval_no_safety_violation": all(
+            supervisor.get(key, 0) == 0 for key in ("rejected", "rejected_out_of_limits", "estops")
+        ),
+        "launch_no_safety_violation": (safety["rejected"] or 0) == 0
+        and (safety["rejected_out_of_limits"] or 0) == 0,
+        "eval_refusals_only_stale": controller.get("rejected", 0)
+        == controller.get("rejected_stale", 0),
+        "launch_refusals_only_stale": (launch["chunks_rejected"] or 0)
+        == (launch["chunks_rejected_stale"] or 0),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Prepare, time, evaluate and launch; write the JSON; exit 1 when a check fails."""
+    if args.cameras not in (1, 2):
+        raise ConfigError(f"--cameras = {args.cameras}: expected 1 or 2 (agentview, wrist)")
+    if args.episodes < 1 or args.duration_s <= 0:
+        raise ConfigError("--episodes must be >= 1 and --duration-s > 0")
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        print(f"bench loop: {message}", flush=True)
+
+    command = f"vla-edge bench loop --arch {args.arch} --size {args.size} --cameras "
+    command += f"{args.cameras} --episodes {args.episodes} --task {args.task} --duration-s "
+    command += f"{args.duration_s:g} --threads {args.threads} --seed {args.seed} --json {args.json}"
+    record: dict[str, Any] = {"command": command, "load_avg_start": os.getloadavg()}
+    export = prepare(args, record, log)
+    record["inference"] = time_inference(export, args.task, args.threads, log)
+    delay_ms = record["inference"]["p50_ms"]
+    with _timed(record, "eval", log) as step:
+        evaluation = run_eval(args, export, delay_ms)
+        step.update(
+            delay_ms=round(delay_ms, 1),
+            episodes=args.episodes,
+            success=evaluation["tasks"][args.task]["successes"],
+            safety=evaluation["safety"],
+            inference_wall_ms=evaluation.get("inference_wall_ms"),
+        )
+    with _timed(record, "launch", log) as step:
+        step.update(run_launch(args, export))
+    record["load_avg_end"] = os.getloadavg()
+    record["checks"] = checks(evaluation, record["launch"])
+    record["ok"] = all(record["checks"].values())
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(record, indent=1))
+    log(f"checks: {record['checks']}")
+    return 0 if record["ok"] else 1
