@@ -3,10 +3,9 @@ r"""SmolVLA (LeRobot) through the v2 stage contract: three programs and what the
 :func:`smolvla_stage_programs` turns a :class:`~vla_edge.archs.smolvla.model.SmolVLAModel`'s
 stages (:mod:`vla_edge.archs.smolvla.stages`) into exportable
 :class:`~vla_edge.export.stages.StageProgram` s: the stage modules themselves for ONNX;
-for ExecuTorch (whose exporter applies the generic
-:func:`~vla_edge.export.xnnpack_rewrites.rewrite_for_xnnpack`) the same maths with the two
-embedding tables read so that 8da4w's int8 row tables can replace them
-(:func:`executorch_stages`). :func:`smolvla_contract` writes the rest of the manifest as
+for ExecuTorch their XNNPACK rewrite (:mod:`vla_edge.export.smolvla_xnnpack`, same
+weights, same maths, each stage one XNNPACK call with only the token lookup outside;
+:func:`executorch_stages`). :func:`smolvla_contract` writes the rest of the manifest as
 LeRobot's inference pipeline does it
 (``src/lerobot/policies/smolvla/modeling_smolvla.py`` and ``processor_smolvla.py``):
 
@@ -46,7 +45,6 @@ directory (``vla-edge export --policy DIR``).
 
 from __future__ import annotations
 
-import math
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -58,13 +56,7 @@ from torch import nn
 
 from vla_edge.archs.smolvla.config import SmolVLAConfig
 from vla_edge.archs.smolvla.model import SmolVLAModel
-from vla_edge.archs.smolvla.stages import (
-    STAGE_NAMES,
-    FusionStage,
-    SmolVLAStages,
-    VisionEncoderStage,
-    build_stages,
-)
+from vla_edge.archs.smolvla.stages import STAGE_NAMES, SmolVLAStages, build_stages
 from vla_edge.core.errors import (
     CameraMapError,
     ConfigError,
@@ -74,6 +66,7 @@ from vla_edge.core.errors import (
 from vla_edge.export.manifest import BACKENDS, HF_TOKENIZER_JSON, TensorSpec, file_sha256
 from vla_edge.export.normalisation import codec_from_section
 from vla_edge.export.pipeline import prefix_flow_contract
+from vla_edge.export.smolvla_xnnpack import NOT_DELEGATED_WHY, xnnpack_stages
 from vla_edge.export.stages import StageProgram
 
 ARCHITECTURE = "smolvla"
@@ -98,59 +91,6 @@ PROBE_PROMPTS = (
 )
 """Prompts on which the runner's tokenizer must equal ``transformers``' (one is past any
 ``tokenizer_max_length``, so the truncation is compared too)."""
-_INT_OR_BOOL = "on int64 / bool tensors (XNNPACK takes fp32 and quantised tensors only)"
-NOT_DELEGATED_WHY: dict[str, str] = {
-    "aten_embedding_default": "token-embedding lookup (a gather; XNNPACK has no gather); "
-    "8da4w: the int8 rows and their scales, two lookups",
-    "dim_order_ops__to_dim_order_copy_default": "dtype casts: bool masks and int64 positions "
-    "to float (RoPE angles, the additive mask, fusion's prefix_pad output); 8da4w: the "
-    "gathered int8 token rows to float",
-    "dim_order_ops__clone_dim_order_default": f"copies of masks and positions {_INT_OR_BOOL}",
-    "aten_view_copy_default": f"reshapes of masks and positions {_INT_OR_BOOL}",
-    "aten_cat_default": f"the prefix pad mask's and the action tokens' attention masks' "
-    f"concatenations {_INT_OR_BOOL}",
-    "aten_copy_default": "the block-start constant's last entry set to 1 (an int64 copy)",
-    "aten_cumsum_default": "RoPE positions cumsum(pad) - 1 and big_vision's block masks "
-    "(XNNPACK has no cumsum)",
-    "aten_sum_dim_int_list": "the action tokens' position offset sum(prefix_pad) (int64; "
-    "XNNPACK has no sum reduction)",
-    "aten_min_dim": "cross-attention positions re-based to start at 0 (int64; XNNPACK has "
-    "no min reduction)",
-    "aten_add_tensor": f"action-token positions offset + i {_INT_OR_BOOL}",
-    "aten_sub_tensor": f"prefix positions cumsum(pad) - 1 {_INT_OR_BOOL}",
-    "aten_eq_scalar": "a comparison in the mask and position arithmetic (XNNPACK has no "
-    "comparison operators)",
-    "aten_ne_scalar": "pad masks from the float image / token masks (mask != 0; XNNPACK has "
-    "no comparison operators)",
-    "aten_le_tensor": "big_vision's block-causal mask cumsum[j] <= cumsum[i] (XNNPACK has "
-    "no comparison operators)",
-    "aten_bitwise_and_tensor": "the attention mask's causal & pad (bool; XNNPACK has no "
-    "boolean operators)",
-    "aten_where_self": "the additive mask where(allowed, 0, min) (XNNPACK has no select operator)",
-    "aten_arange_start_step": "RoPE frequency and position ranges built in the graph "
-    "(XNNPACK has no arange)",
-    "aten_full_default": "constant masks and block starts built in the graph (XNNPACK has no fill)",
-    "scalar_tensor": "the masked value and scalar constants of where (XNNPACK has no fill)",
-    "aten_pow_scalar": "RoPE timescales max_wavelength ** (2i / D), a scalar raised to a "
-    "tensor (XNNPACK's pow takes x ** 2 only)",
-    "aten_mean_dim": "Llama RMSNorm's mean(x², -1) over a 3-D tensor (XNNPACK's mean is a "
-    "4-D global average pool over dims 2, 3; the generic rewrite replaces LayerNorm and "
-    "GroupNorm, not RMSNorm)",
-    "aten_expand_copy_default": "broadcasts: the 4-D attention matmuls (SigLIP's, the "
-    "backbone's and the expert's eager attention decompose into expand + bmm), the "
-    "grouped-query key/value repeat and the mask broadcasts (XNNPACK has no expand)",
-    "aten_unsqueeze_copy_default": "unsqueezes feeding those broadcasts and the masks "
-    "(XNNPACK unsqueezes only the trailing dimension)",
-    "aten_select_copy_int": "one layer's keys / values taken from the stacked cache, one "
-    "element of a mask (XNNPACK has no select)",
-    "aten_split_with_sizes_copy_default": "RoPE's rotate-half split of queries and keys "
-    "(XNNPACK takes slices, not split)",
-}
-"""Operators the generic XNNPACK rewrite leaves outside XNNPACK in these stages, and why
-(``delegation.why`` in the manifest). Every linear, matmul, softmax, LayerNorm and
-elementwise float op is delegated; these run as portable kernels between delegate calls
-(at the tiny size 5 calls in the vision encoder, 22 in fusion, 48 in the action head;
-π0 has one per stage from its own rewrite, :mod:`vla_edge.export.pi0_xnnpack`)."""
 
 
 def image_slots(
@@ -296,48 +236,13 @@ def example_inputs(stages: SmolVLAStages, seed: int = 0) -> dict[str, tuple[torc
     }
 
 
-class ExecuTorchVisionEncoder(VisionEncoderStage):
-    """The vision stage holding its position table as a parameter of its own (the same tensor).
-
-    An 8da4w export turns every ``nn.Embedding`` into int8 rows read by lookup
-    (:class:`~vla_edge.export.executorch_export.Int8RowEmbedding`, which has no
-    ``weight``); this table is added whole to the patches, so it stays an fp32 parameter.
-    """
-
-    def __init__(self, model: SmolVLAModel) -> None:
-        super().__init__(model)
-        self.position_weight = model.vision_model.embeddings.position_embedding.weight
-
-    def position_table(self) -> torch.Tensor:
-        """The position embeddings, read from this stage's own parameter."""
-        return self.position_weight
-
-
-class ExecuTorchFusion(FusionStage):
-    """The fusion stage looking its tokens up by calling the table's module.
-
-    ``embed_tokens(ids) * sqrt(W)``, the same maths as the reference's
-    ``F.embedding(ids, table) * sqrt(W)`` (Llama's table is a plain ``nn.Embedding``); an
-    8da4w export replaces that module with int8 rows (gathered as int8, dequantised after),
-    a quarter of the fp32 table (SmolVLM2's: 49 280 x 960).
-    """
-
-    def embed_language(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """``embed_tokens(ids) * sqrt(W)``."""
-        return self.text_model.embed_tokens(token_ids) * math.sqrt(self.config.text.width)
-
-
 def executorch_stages(model: SmolVLAModel) -> dict[str, nn.Module]:
-    """The stages for ExecuTorch (see :class:`ExecuTorchVisionEncoder`, :class:`ExecuTorchFusion`).
+    """The stages for ExecuTorch: :func:`~vla_edge.export.smolvla_xnnpack.xnnpack_stages`.
 
-    They share ``model``'s parameters; the action head is the reference's.
+    The reference's maths with only operators XNNPACK takes, sharing ``model``'s parameters.
     """
     stages = build_stages(model)
-    return {
-        "vision_encoder": ExecuTorchVisionEncoder(model).eval(),
-        "fusion": ExecuTorchFusion(model).eval(),
-        "action_head": stages.action_head.eval(),
-    }
+    return xnnpack_stages(stages.vision_encoder, stages.fusion, stages.action_head)
 
 
 def smolvla_stage_programs(
@@ -345,9 +250,7 @@ def smolvla_stage_programs(
 ) -> list[StageProgram]:
     """The three stages of ``model`` as programs to export, with their declared tensors.
 
-    ONNX gets the stage modules themselves, ExecuTorch :func:`executorch_stages` (whose
-    exporter then rewrites the norms and attention it recognises for XNNPACK,
-    :mod:`vla_edge.export.xnnpack_rewrites`).
+    ONNX gets the stage modules themselves, ExecuTorch :func:`executorch_stages`.
 
     Raises:
         ConfigError: an unknown backend.
@@ -489,7 +392,7 @@ def export_smolvla(
     )
     check_prompt_tokens(tokenizer, model.config.max_token_len)
     contract.update(extra or {})
-    contract["exporter"] = exporter_section(executorch_stages="vla_edge.export.xnnpack_rewrites")
+    contract["exporter"] = exporter_section(executorch_stages="vla_edge.export.smolvla_xnnpack")
     out_dir = Path(out_dir)
     target = out_dir / TOKENIZER_DIR
     target.mkdir(parents=True, exist_ok=True)
