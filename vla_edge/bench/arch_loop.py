@@ -222,13 +222,11 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
         "image_size": config.vision.image_size,
     }
     if not (args.reuse and (ckpt / "model.safetensors").is_file()):
-        with _timed(record, "checkpoint", log) as step:
+        with _timed(record, "checkpoint", log):
             model = random_model(args.arch, args.size, args.cameras, args.seed)
-            step["parameters"] = sum(p.numel() for p in model.parameters())
             write_smolvla_checkpoint(ckpt, model, home_statistics())
             del model
             write_word_tokenizer(tokenizer)
-            step["bytes"] = (ckpt / "model.safetensors").stat().st_size
     if not (args.reuse and (policy / "policy.yaml").is_file()):
         with _timed(record, "import", log):
             slots = dict(zip(config.image_slots, CAMERAS, strict=False))
@@ -252,12 +250,26 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
                 force=True,
             )
     if not (args.reuse and (export / "manifest.json").is_file()):
-        with _timed(record, "export", log) as step:
+        with _timed(record, "export", log):
             if export.exists():
                 shutil.rmtree(export)
             export_policy_dir(policy, export, "onnx", "fp32", log=lambda _m: None)
-            step["bytes"] = sum(f.stat().st_size for f in export.iterdir() if f.is_file())
+    record["artifacts"] = {
+        "parameters": model_parameters(ckpt / "model.safetensors"),
+        "checkpoint_bytes": (ckpt / "model.safetensors").stat().st_size,
+        "export_bytes": sum(f.stat().st_size for f in export.iterdir() if f.is_file()),
+    }
     return export
+
+
+def model_parameters(weights: Path) -> int:
+    """Parameters the model reads in a LeRobot SmolVLA file (SmolVLM2's ``lm_head`` is not)."""
+    from safetensors import safe_open
+
+    from vla_edge.archs.smolvla.layout import LM_HEAD
+
+    with safe_open(str(weights), "np") as f:
+        return sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys() if k != LM_HEAD)
 
 
 def time_inference(
@@ -354,7 +366,8 @@ def run(args: argparse.Namespace) -> int:
 
     command = f"vla-edge bench loop --arch {args.arch} --size {args.size} --cameras "
     command += f"{args.cameras} --episodes {args.episodes} --task {args.task} --duration-s "
-    command += f"{args.duration_s:g} --threads {args.threads} --seed {args.seed} --json {args.json}"
+    command += f"{args.duration_s:g} --threads {args.threads} --seed {args.seed}"
+    command += " --reuse" * bool(args.reuse) + f" --json {args.json}"
     record: dict[str, Any] = {"command": command, "load_avg_start": os.getloadavg()}
     export = prepare(args, record, log)
     record["inference"] = time_inference(export, args.task, args.threads, log)

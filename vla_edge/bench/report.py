@@ -444,6 +444,51 @@ def render_full_size(reports: Sequence[Json]) -> str:
     return table
 
 
+def render_loop(reports: Sequence[Json]) -> str:
+    """A random-weight imported model in the closed loop: each run's figures and checks."""
+    rows = []
+    for r in reports:
+        m, ev, la = r["model"], r["eval"], r["launch"]
+        sup, ctrl = ev["safety"]["supervisor"], ev["safety"]["controller"]
+        checks = r["checks"]
+        rows.append(
+            [
+                f"{m['arch']} {m['size']}, {m['cameras']} cam "
+                f"({r['artifacts']['parameters'] / 1e6:.3g} M parameters)",
+                f"{r['artifacts']['export_bytes'] / 2**30:.2f} GiB"
+                + (f" in {r['export']['wall_s']:.0f} s" if "export" in r else ""),
+                f"{r['inference']['p50_ms']:,.0f}",
+                f"{ev['episodes']} ep., delay {ev['delay_ms']:,.0f} ms: "
+                f"{ctrl['accepted']} accepted, {ctrl['rejected']} refused "
+                f"({ctrl.get('rejected_stale', 0)} stale), {ctrl.get('stops', 0)} watchdog "
+                f"stops, {ev['success']} successes",
+                f"{sup['rejected']} / {sup['rejected_out_of_limits']} / {sup['estops']}",
+                f"{la['duration_s']:.0f} s: {la['chunks_accepted']:.0f} accepted, "
+                f"{la['chunks_rejected']:.0f} refused ({la['chunks_rejected_stale']:.0f} stale)"
+                + (
+                    f", chunk age p50 {la['chunk_age_ms']['p50']:,.0f} ms"
+                    if la["chunk_age_ms"]["count"]
+                    else ""
+                ),
+                f"{la['safety']['rejected']:.0f} / {la['safety']['rejected_out_of_limits']:.0f}",
+                "all hold"
+                if all(checks.values())
+                else "failed: " + ", ".join(name for name, ok in checks.items() if not ok),
+            ]
+        )
+    header = [
+        "model",
+        "ONNX fp32 export",
+        "inference p50 (ms)",
+        "eval (virtual time)",
+        "eval safety rejected / out of limits / e-stops",
+        "launch sim (real processes)",
+        "launch safety rejected / out of limits",
+        "checks",
+    ]
+    return _table(header, rows)
+
+
 # ---------------------------------------------------------------- control, graph, faults
 
 
@@ -753,6 +798,14 @@ TABLES: tuple[Table, ...] = (
         "then the same with `--resume --reuse-exports --variants executorch_8da4w,executorch_fp32 "
         "--stages vision_encoder,fusion` (the rows kept, the ExecuTorch stages exported)",
         render_full_size,
+    ),
+    Table(
+        "loop",
+        (_r("bench_loop_smolvla_full.json"),),
+        "`vla-edge bench loop --arch smolvla --size full --episodes 2 --duration-s 60 --reuse "
+        "--json OUT` (`--reuse`: the checkpoint and policy directory of a first run with the "
+        "same seed, stopped during its export)",
+        render_loop,
     ),
     Table(
         "control",
