@@ -800,6 +800,13 @@ TABLES: tuple[Table, ...] = (
         render_full_size,
     ),
     Table(
+        "full_size_smolvla",
+        (_r("bench_latency_smolvla_full.json"),),
+        "`vla-edge bench latency --arch smolvla --size full --cameras 1,2 --threads 1,2 "
+        "--json OUT`",
+        render_full_size,
+    ),
+    Table(
         "loop",
         (_r("bench_loop_smolvla_full.json"),),
         "`vla-edge bench loop --arch smolvla --size full --episodes 2 --duration-s 60 --reuse "
