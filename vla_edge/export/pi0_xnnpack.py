@@ -190,19 +190,30 @@ class XnnpackVisionEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Images ``[n, 3, H, W]`` in [-1, 1] → image tokens ``[n, T, width]``."""
-        patches = self.patch_embedding(images)
-        n, c = patches.shape[:2]
-        x = patches.reshape(n, c, -1).permute(0, 2, 1) + self.position_embedding
-        for layer in self.layers:
-            h = layer_norm(x, layer.layer_norm1)
-            a = layer.self_attn
-            q, k, v = (
-                split_heads(proj(h), self.heads, self.head_dim)
-                for proj in (a.q_proj, a.k_proj, a.v_proj)
-            )
-            x = x + a.out_proj(folded_attention(q, k, v, self.scale, None))
-            x = x + layer.mlp(layer_norm(x, layer.layer_norm2))
-        return self.projector(layer_norm(x, self.post_layernorm))
+        return self.projector(vision_features(self, images))
+
+
+def vision_features(tower: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """A SigLIP-style vision tower on XNNPACK's operators, to its final norm.
+
+    Patches plus the position table, pre-norm attention and MLP layers, the last
+    LayerNorm. ``tower`` holds ``patch_embedding``, ``position_embedding`` (the table),
+    ``layers``, ``heads``, ``head_dim``, ``scale`` and ``post_layernorm``: π0's SigLIP and
+    SmolVLA's SmolVLM tower (:mod:`vla_edge.export.smolvla_xnnpack`).
+    """
+    patches = tower.patch_embedding(images)
+    n, c = patches.shape[:2]
+    x = patches.reshape(n, c, -1).permute(0, 2, 1) + tower.position_embedding
+    for layer in tower.layers:
+        h = layer_norm(x, layer.layer_norm1)
+        a = layer.self_attn
+        q, k, v = (
+            split_heads(proj(h), tower.heads, tower.head_dim)
+            for proj in (a.q_proj, a.k_proj, a.v_proj)
+        )
+        x = x + a.out_proj(folded_attention(q, k, v, tower.scale, None))
+        x = x + layer.mlp(layer_norm(x, layer.layer_norm2))
+    return layer_norm(x, tower.post_layernorm)
 
 
 def _norm(

@@ -53,11 +53,11 @@ from vla_edge.archs.smolvla.stages import (
 from vla_edge.archs.stage_io import on_flow_path
 from vla_edge.export.pi0_xnnpack import (
     folded_attention,
-    layer_norm,
     rms_normed,
     rotate,
     split_heads,
     stack_layers,
+    vision_features,
 )
 
 NOT_DELEGATED_WHY = {
@@ -142,19 +142,7 @@ class XnnpackVisionEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Images ``[n, 3, H, W]`` in [-1, 1] → image tokens ``[n, T, width]``."""
-        patches = self.patch_embedding(images)
-        n, c = patches.shape[:2]
-        x = patches.reshape(n, c, -1).permute(0, 2, 1) + self.position_embedding
-        for layer in self.layers:
-            h = layer_norm(x, layer.layer_norm1)
-            a = layer.self_attn
-            q, k, v = (
-                split_heads(proj(h), self.heads, self.head_dim)
-                for proj in (a.q_proj, a.k_proj, a.v_proj)
-            )
-            x = x + a.out_proj(folded_attention(q, k, v, self.scale, None))
-            x = x + layer.mlp(layer_norm(x, layer.layer_norm2))
-        tokens = self.projection(pixel_shuffle(layer_norm(x, self.post_layernorm), self.factor))
+        tokens = self.projection(pixel_shuffle(vision_features(self, images), self.factor))
         return tokens * self.token_scale
 
 
