@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from stage_chain import chained_actions, open_stage_programs
 
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages, run_stages
 from vla_edge.archs.pi0.prompt import clean_task, pad_tokens, pi05_prompt
@@ -320,35 +321,13 @@ def check_runner_against_reference(
 
 def check_programs_against_eager(folder: Path, tokenizer: Path, pi05: bool, bound: float) -> float:
     """Each program's normalised chunk (fed the reference's host tensors) against eager stages."""
-    from vla_edge.runners.programs import open_program
-
-    manifest = load_manifest(folder)
+    manifest, programs = open_stage_programs(folder)
     model = randomised(pi05)
     stages = build_stages(model)
-    programs = {
-        name: open_program(
-            spec.backend,
-            manifest.stage_path(name),
-            1,
-            [t.name for t in spec.inputs],
-            [t.name for t in spec.outputs],
-        )
-        for name, spec in manifest.stages.items()
-    }
     got, want = [], []
     for seed, noise in zip(range(3), noises(3), strict=True):
         host = host_tensors(model, tokenizer, observation(seed), deployment(pi05))
-        values = {f"host:{k}": v.numpy() for k, v in host.items()}
-        values["host:noise"] = noise[None]
-        values["host:prefix_actions"] = np.zeros((1, H, 32), np.float32)
-        values["host:prefix_mask"] = np.zeros((1, H), np.float32)
-        for name in manifest.stage_order:
-            spec = manifest.stages[name]
-            outs = programs[name].run([np.ascontiguousarray(values[t.source]) for t in spec.inputs])
-            values.update(
-                {f"stage:{name}.{t.name}": v for t, v in zip(spec.outputs, outs, strict=True)}
-            )
-        got.append(values["stage:action_head.actions"][0])
+        got.append(chained_actions(manifest, programs, host, noise))
         want.append(run_stages(stages, **host, noise=torch.from_numpy(noise[None])).numpy()[0])
     error = worst_fraction_of_range(np.stack(got), np.stack(want))
     assert error <= bound, error

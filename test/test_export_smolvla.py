@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
+from stage_chain import chained_actions, open_stage_programs
 
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel, SmolVLMTextSize, build_stages
 from vla_edge.archs.smolvla.stages import run_stages
@@ -318,35 +319,13 @@ def check_programs_against_eager(
 
     ``size``: the ``randomised`` overrides the export was made with.
     """
-    from vla_edge.runners.programs import open_program
-
-    manifest = load_manifest(folder)
+    manifest, programs = open_stage_programs(folder)
     model = randomised(**size)
     stages = build_stages(model)
-    programs = {
-        name: open_program(
-            spec.backend,
-            manifest.stage_path(name),
-            1,
-            [t.name for t in spec.inputs],
-            [t.name for t in spec.outputs],
-        )
-        for name, spec in manifest.stages.items()
-    }
     got, want = [], []
     for seed, noise in zip(range(3), noises(3), strict=True):
         host = host_tensors(model, tokenizer, observation(seed), CAMERA_MAP)
-        values = {f"host:{k}": v.numpy() for k, v in host.items()}
-        values["host:noise"] = noise[None]
-        values["host:prefix_actions"] = np.zeros((1, H, 32), np.float32)
-        values["host:prefix_mask"] = np.zeros((1, H), np.float32)
-        for name in manifest.stage_order:
-            spec = manifest.stages[name]
-            outs = programs[name].run([np.ascontiguousarray(values[t.source]) for t in spec.inputs])
-            values.update(
-                {f"stage:{name}.{t.name}": v for t, v in zip(spec.outputs, outs, strict=True)}
-            )
-        got.append(values["stage:action_head.actions"][0])
+        got.append(chained_actions(manifest, programs, host, noise))
         want.append(run_stages(stages, **host, noise=torch.from_numpy(noise[None])).numpy()[0])
     error = worst_fraction_of_range(np.stack(got), np.stack(want))
     print(f"{folder.name}: programs vs eager stages, worst {error:.2e} of range")
