@@ -202,30 +202,27 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
 def _checked_kinematics(
     policy: PolicyDir, mjcf: str | None, ee_site: str | None
 ) -> tuple[str | Path, str]:
-    """The robot model and site the export records, checked as the runner will build them.
+    """The robot model and site the export records, loaded as the runner will load them.
 
     ``--robot-mjcf PATH`` is kept absolute (``tabletop``: the package's arm, relative to the
-    package root); left out, each is the import's (:meth:`PolicyDir.robot_model`). A policy
-    with an ``eef_delta`` action space or an ``eef_pose`` state gets its kinematics loaded
-    here, with its arm joints, so a wrong model or site is named before anything exports.
+    package root); left out, each is the import's (:meth:`PolicyDir.robot_model`). The
+    kinematics of the manifest's ``eef_delta`` / ``eef_pose`` sections
+    (:func:`vla_edge.export.pi0.manifest_spaces`) are built with the runner's own
+    :func:`vla_edge.runners.exported.manifest_kinematics`, so a wrong model or site is
+    named before anything exports.
 
     Raises:
         AssetNotFoundError: no such model file.
         ConfigError: MuJoCo cannot load it.
         ActionSpaceError: it lacks the site or an arm joint.
     """
-    from vla_edge.actions import Kinematics
     from vla_edge.archs.policy_dir import TABLETOP_ROBOT
-    from vla_edge.export.pi0 import GRIPPER_JOINT
-    from vla_edge.runners.exported import robot_model_path
+    from vla_edge.export.pi0 import manifest_spaces
+    from vla_edge.runners.exported import manifest_kinematics
 
     if mjcf is not None:
         mjcf = TABLETOP_ROBOT["mjcf"] if mjcf == "tabletop" else str(Path(mjcf).resolve())
-    model, site = policy.robot_model(mjcf, ee_site)
-    spaces = (policy.action_space, policy.state_space)
-    if all(space.get("kind") not in ("eef_delta", "eef_pose") for space in spaces):
-        return model, site
-    gripper = policy.state_space.get("gripper_joint", GRIPPER_JOINT)
-    arm = [j for j in policy.joint_names if j != gripper]
-    Kinematics.from_mjcf(robot_model_path(str(model), "--robot-mjcf"), arm, site)
-    return model, site
+    for field, section in manifest_spaces(policy, mjcf, ee_site).items():
+        if "kinematics" in section:
+            manifest_kinematics(section["kinematics"], f"{field}.kinematics")
+    return policy.robot_model(mjcf, ee_site)

@@ -342,6 +342,24 @@ def manifest_kinematics(
     }
 
 
+def _with_kinematics(
+    space: Mapping[str, Any],
+    kind: str,
+    joint_names: Sequence[str],
+    robot_mjcf: str | Path,
+    ee_site: str,
+    arm_joints: Sequence[str] | None,
+    gripper_joint: str,
+) -> dict[str, Any]:
+    """``space`` as a manifest section: of ``kind``, with :func:`manifest_kinematics`."""
+    section = dict(space)
+    if section.get("kind") == kind:
+        section["kinematics"] = manifest_kinematics(
+            joint_names, robot_mjcf, ee_site, arm_joints, gripper_joint
+        )
+    return section
+
+
 def manifest_action_space(
     action_space: Mapping[str, Any],
     joint_names: Sequence[str],
@@ -349,14 +367,10 @@ def manifest_action_space(
     ee_site: str = TABLETOP_EE_SITE,
     arm_joints: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The manifest's ``action_space``: the policy directory's, plus ``eef_delta``'s kinematics.
-
-    An ``eef_delta`` space gets :func:`manifest_kinematics`.
-    """
-    section = dict(action_space)
-    if section.get("kind") == "eef_delta":
-        section["kinematics"] = manifest_kinematics(joint_names, robot_mjcf, ee_site, arm_joints)
-    return section
+    """The manifest's ``action_space``: the policy directory's, plus ``eef_delta``'s kinematics."""
+    return _with_kinematics(
+        action_space, "eef_delta", joint_names, robot_mjcf, ee_site, arm_joints, GRIPPER_JOINT
+    )
 
 
 def manifest_state_space(
@@ -368,16 +382,30 @@ def manifest_state_space(
 ) -> dict[str, Any]:
     """The manifest's ``state_space``: the policy directory's, plus ``eef_pose``'s kinematics.
 
-    An ``eef_pose`` space gets :func:`manifest_kinematics` (the arm joints default to
-    ``joint_names`` without its ``gripper_joint``).
+    The arm joints default to ``joint_names`` without the space's ``gripper_joint``.
     """
-    section = dict(state_space)
-    if section.get("kind") == "eef_pose":
-        gripper = str(section.get("gripper_joint", GRIPPER_JOINT))
-        section["kinematics"] = manifest_kinematics(
-            joint_names, robot_mjcf, ee_site, arm_joints, gripper
-        )
-    return section
+    gripper = str(state_space.get("gripper_joint", GRIPPER_JOINT))
+    return _with_kinematics(
+        state_space, "eef_pose", joint_names, robot_mjcf, ee_site, arm_joints, gripper
+    )
+
+
+def manifest_spaces(
+    policy: Any,
+    robot_mjcf: str | Path | None = None,
+    ee_site: str | None = None,
+    arm_joints: Sequence[str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """A policy directory's ``action_space`` and ``state_space`` as manifest sections.
+
+    The kinematics' model and site are the ones given, else the import's
+    (:meth:`~vla_edge.archs.policy_dir.PolicyDir.robot_model`).
+    """
+    robot = (policy.joint_names, *policy.robot_model(robot_mjcf, ee_site), arm_joints)
+    return {
+        "action_space": manifest_action_space(policy.action_space, *robot),
+        "state_space": manifest_state_space(policy.state_space, *robot),
+    }
 
 
 def export_policy_dir(
@@ -397,8 +425,8 @@ def export_policy_dir(
     The weights and the tokenizer are checked against ``policy.yaml``'s hashes;
     the manifest takes the directory's joint names, camera map, ``dt_action_s``,
     normalisation (each part at its space's width), action space
-    (:func:`manifest_action_space`: an ``eef_delta`` one with the kinematics) and state
-    space (:func:`manifest_state_space`: an ``eef_pose`` one with the kinematics).
+    (an ``eef_delta`` one with the kinematics) and state space (an ``eef_pose`` one with
+    the kinematics), both from :func:`manifest_spaces`.
 
     Args:
         flow_steps: Euler steps ``K`` built into the action head (default: the config's).
@@ -437,7 +465,6 @@ def export_policy_dir(
     model = Pi0Model(config).eval()
     load_pi0_weights(policy, model)
     source = policy_dir_source(path, policy)
-    robot = (policy.joint_names, *policy.robot_model(robot_mjcf, ee_site), arm_joints)
     return export_pi0(
         model,
         out_dir,
@@ -449,9 +476,6 @@ def export_policy_dir(
         dt_action_s=policy.dt_action_s,
         normalisation=policy.manifest_normalisation(),
         source=source,
-        extra={
-            "action_space": manifest_action_space(policy.action_space, *robot),
-            "state_space": manifest_state_space(policy.state_space, *robot),
-        },
+        extra=manifest_spaces(policy, robot_mjcf, ee_site, arm_joints),
         log=log,
     )

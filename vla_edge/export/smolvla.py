@@ -448,7 +448,7 @@ def export_policy_dir(
     """
     from vla_edge.archs.policy_dir import load_policy_dir
     from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
-    from vla_edge.export.pi0 import manifest_action_space, manifest_state_space
+    from vla_edge.export.pi0 import manifest_spaces
     from vla_edge.export.pipeline import policy_dir_source
 
     policy = load_policy_dir(path, verify_sha256=True)
@@ -475,7 +475,6 @@ def export_policy_dir(
     model = SmolVLAModel(config).eval()
     load_smolvla_weights(policy, model)
     source = policy_dir_source(path, policy)
-    robot = (policy.joint_names, *policy.robot_model(robot_mjcf, ee_site), arm_joints)
     return export_smolvla(
         model,
         out_dir,
@@ -487,9 +486,6 @@ def export_policy_dir(
         dt_action_s=policy.dt_action_s,
         normalisation=policy.manifest_normalisation(),
         source=source,
-        extra={
-            "action_space": manifest_action_space(policy.action_space, *robot),
-            "state_space": manifest_state_space(policy.state_space, *robot),
-        },
+        extra=manifest_spaces(policy, robot_mjcf, ee_site, arm_joints),
         log=log,
     )
