@@ -120,13 +120,31 @@ def test_manifest_missing_a_field_or_a_program_is_refused(onnx_dir, tmp_path) ->
         load_manifest(tmp_path)
 
 
-def test_language_programs_from_before_int8_rows_are_not_reused() -> None:
-    from vla_edge.export.pipeline import LANGUAGE_EXPORTER_REVISION, _language_revision
+def test_a_program_is_reused_only_when_made_the_same_way(onnx_dir, tmp_path) -> None:
+    from vla_edge.export.pipeline import _reuse_stage
+    from vla_edge.export.quant_recipes import StageQuant
 
-    current = LANGUAGE_EXPORTER_REVISION
-    assert _language_revision({"revision": 3, "language_revision": current}, {}) == current
-    old = {"revision": 2}
-    assert _language_revision(old, {"quant": "fp32"}) == current
-    assert _language_revision(old, {"quant": "8da4w", "int8_embeddings": 3}) == current
-    assert _language_revision(old, {"quant": "8da4w"}) != current
-    assert _language_revision({"revision": 1}, {"quant": "fp32"}) is None
+    manifest = load_manifest(onnx_dir)
+    stage = manifest.stages["fusion"]
+    declared = (stage.rate, stage.inputs, stage.outputs)
+    same = {
+        "weights_sha256": manifest.data["source"]["weights_sha256"],
+        "flow_steps": manifest.data["flow_steps"],
+        "calibration_inputs": 24,
+    }
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def reused(folder, settings=None, weights=same):  # noqa: ANN001, ANN202
+        settings = settings or StageQuant()
+        return _reuse_stage("fusion", folder, out, "onnx", settings, declared, weights)
+
+    entry = reused(onnx_dir)
+    assert entry is not None and entry["reused_from"] == str(onnx_dir)
+    assert (out / "fusion.onnx").read_bytes() == (onnx_dir / "fusion.onnx").read_bytes()
+    assert reused(onnx_dir, StageQuant(scheme="8da8w")) is None
+    assert reused(onnx_dir, weights={**same, "weights_sha256": "0" * 64}) is None
+    assert reused(onnx_dir, weights={**same, "flow_steps": 9}) is None
+    assert reused(onnx_dir, weights=None) is None  # only the frozen language stage goes without
+    before_recipes = _edit(onnx_dir, tmp_path / "old", lambda d: d.pop("quant_recipe"))
+    assert reused(before_recipes) is None

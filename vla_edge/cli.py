@@ -32,6 +32,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "latency": ("vla_edge.bench.latency", "per-stage and end-to-end latency per backend"),
     "faults": ("vla_edge.bench.fault_bench", "task success under a mild camera delay"),
     "loop": ("vla_edge.bench.arch_loop", "a random-weight imported model in the closed loop"),
+    "quant": ("vla_edge.bench.quant_bench", "quantisation sensitivity per stage and layer group"),
 }
 
 

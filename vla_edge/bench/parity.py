@@ -36,10 +36,10 @@ import numpy as np
 
 from vla_edge.bench import arch_latency
 from vla_edge.core.errors import VlaEdgeError
+from vla_edge.runners.parity import compare_chunks
 
 PAIRS = ("onnx_fp32", "executorch_fp32", "executorch_8da4w")
 TARGET_RMS_PCT = {"fp32": 0.1, "8da4w": 5.0}
-MIN_RANGE = 1e-6
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,23 +78,13 @@ def compare(
     reference: np.ndarray, candidate: np.ndarray, reference_rel: np.ndarray, cand_rel: np.ndarray
 ) -> dict[str, Any]:
     """Parity metrics of chunks ``[N, H, A]`` (absolute and in the model's representation)."""
-    err = candidate - reference
-    flat_ref = reference.reshape(-1, reference.shape[-1])
-    span = np.maximum(flat_ref.max(axis=0) - flat_ref.min(axis=0), MIN_RANGE)
-    rms = np.sqrt(np.mean(err.reshape(-1, err.shape[-1]) ** 2, axis=0))
-    pct = 100.0 * rms / span
     a = reference_rel.reshape(reference_rel.shape[0], -1)
     b = cand_rel.reshape(cand_rel.shape[0], -1)
     cos = np.sum(a * b, axis=1) / np.maximum(
         np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12
     )
     return {
-        "rms_pct_of_range": [float(v) for v in pct],
-        "rms_pct_of_range_max": float(pct.max()),
-        "rms": [float(v) for v in rms],
-        "range": [float(v) for v in span],
-        "max_abs": float(np.max(np.abs(err))),
-        "max_abs_per_dim": [float(v) for v in np.max(np.abs(err.reshape(-1, err.shape[-1])), 0)],
+        **compare_chunks(reference, candidate),
         "cosine": float(np.mean(cos)),
         "cosine_min": float(np.min(cos)),
     }

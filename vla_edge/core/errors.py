@@ -198,3 +198,7 @@ class PolicyDirError(ConfigError):
 
 class OutputExistsError(VlaEdgeError, FileExistsError):
     """An output directory exists and overwriting it was not asked for (``--force``)."""
+
+
+class ParityGateError(VlaEdgeError):
+    """An export's actions differ from eager torch's by more than the bound the user set."""

@@ -1,7 +1,17 @@
 """``vla-edge export``: a checkpoint -> one program per stage plus ``manifest.json``.
 
-``vla-edge export --checkpoint CKPT --backend onnx|executorch --quant fp32|8da4w --out DIR``
-``vla-edge export --policy POLICY_DIR --backend onnx|executorch --quant fp32|8da4w --out DIR``
+``vla-edge export --checkpoint CKPT --backend onnx|executorch --quant RECIPE --out DIR``
+``vla-edge export --policy POLICY_DIR --backend onnx|executorch --quant RECIPE --out DIR``
+
+``RECIPE`` names a quantisation recipe of ``config/quant_recipes.yaml`` (``fp32``,
+``8da4w``, ``8da8w``, ``int8wo``, ``fp16``, ...; :mod:`vla_edge.export.quant_recipes`)
+or of the user's own file (``--quant-recipes``); the manifest records it.
+``--max-parity-pct P`` then runs the export against its eager torch stages on
+tabletop observations (or ``--parity-data`` recordings) with the same noise
+(:mod:`vla_edge.runners.parity`) and refuses it when some joint's RMS error
+exceeds ``P`` % of its range: the manifest is renamed ``manifest.refused.json``
+(no runner loads the directory) and the error lists every joint's figure. A
+passing export records the figures in its manifest's ``parity``.
 
 The manifest is format ``vla_edge.export.v2`` (:mod:`vla_edge.export.manifest`):
 the stages declare their tensors, so the runners need no code of the
@@ -22,12 +32,13 @@ policy path of :mod:`vla_edge.runners.factory` and the calibration frames of
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vla_edge.config.models import MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError, VlaEdgeError
-from vla_edge.export.manifest import BACKENDS, QUANTS
+from vla_edge.export.manifest import BACKENDS
 
 if TYPE_CHECKING:
     from vla_edge.archs.policy_dir import PolicyDir
@@ -44,7 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "checkpoint",
     )
     parser.add_argument("--backend", choices=BACKENDS, required=True)
-    parser.add_argument("--quant", choices=QUANTS, default="fp32")
+    parser.add_argument(
+        "--quant",
+        default="fp32",
+        help="quantisation recipe (config/quant_recipes.yaml: fp32, 8da4w, 8da8w, int8wo, fp16, "
+        "...; or one of --quant-recipes)",
+    )
+    parser.add_argument(
+        "--quant-recipes", type=Path, default=None, help="a recipes file of your own (YAML)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="export directory")
     parser.add_argument(
         "--language-backend",
@@ -63,14 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--calibration-frames",
         type=int,
         default=None,
-        help="8da4w: frames that calibrate the int8 convolutions "
-        "(default: pipeline.CALIBRATION_FRAMES; 0 keeps them fp32)",
+        help="frames that calibrate a recipe's int8 convolutions "
+        "(default: the recipe's calibration_frames; 0 keeps them fp32)",
     )
     parser.add_argument(
         "--calibration-data",
         type=Path,
         default=None,
-        help="8da4w: take those frames from these demonstrations (HDF5 file or folder) "
+        help="take those frames from these demonstrations (HDF5 file or folder) "
         "instead of rendering them from the tabletop",
     )
     parser.add_argument(
@@ -80,6 +99,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="export untrained weights of this model config (training YAML) instead",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads while exporting")
+    gate = parser.add_argument_group("parity gate")
+    gate.add_argument(
+        "--max-parity-pct",
+        type=float,
+        default=None,
+        help="refuse the export when a joint's RMS error against eager torch exceeds this "
+        "% of its range",
+    )
+    gate.add_argument(
+        "--parity-samples", type=int, default=24, help="observations the gate compares"
+    )
+    gate.add_argument(
+        "--parity-data",
+        type=Path,
+        default=None,
+        help="take them from these demonstrations (HDF5 file or folder; default: rendered "
+        "from the tabletop while the scripted expert works)",
+    )
     robot = parser.add_argument_group(
         "--policy with an eef_delta / eef_pose space: the robot's kinematics "
         "(default: the ones vla-edge import checked)"
@@ -96,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from vla_edge.export.pipeline import CALIBRATION_FRAMES, export_policy
+    from vla_edge.export.pipeline import export_policy
+    from vla_edge.export.quant_recipes import resolve_recipe
     from vla_edge.policy.model import VlaPolicy, load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path
     from vla_edge.sim.frames import calibration_images
@@ -105,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if args.policy is not None:
         return _run_policy_dir(args)
     try:
+        _check_gate_args(args)
+        recipe = resolve_recipe(args.quant, args.quant_recipes)
         for flag, value in (("--robot-mjcf", args.robot_mjcf), ("--ee-site", args.ee_site)):
             if value is not None:
                 raise ConfigError(f"{flag} is for --policy (a policy directory's kinematics)")
@@ -127,16 +167,19 @@ def run(args: argparse.Namespace) -> int:
             policy,
             args.out,
             args.backend,
-            args.quant,
+            recipe,
             checkpoint=checkpoint,
             language_backend=args.language_backend,
             reuse_language_from=args.reuse_language_from,
             calibration_data=args.calibration_data,
             calibration_source=calibration_images,
-            calibration_frames=(
-                CALIBRATION_FRAMES if args.calibration_frames is None else args.calibration_frames
-            ),
+            calibration_frames=args.calibration_frames,
         )
+        if args.max_parity_pct is not None:
+            from vla_edge.export.stages import BUNDLED_STAGES, policy_stages
+
+            eager = {s.name: s.module for s in policy_stages(policy, BUNDLED_STAGES)}
+            _parity_gate(args, eager)
     except VlaEdgeError as exc:
         print(f"vla-edge export: {exc}", file=sys.stderr)
         return 2
@@ -157,6 +200,7 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
     import sys
 
     from vla_edge.archs.policy_dir import load_policy_dir
+    from vla_edge.export.quant_recipes import resolve_recipe
 
     bundled_only = {
         "--checkpoint": args.checkpoint,
@@ -167,6 +211,7 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
     }
     given = [flag for flag, value in bundled_only.items() if value is not None]
     try:
+        _check_gate_args(args)
         if given:
             raise ConfigError(f"--policy: {given[0]} is for the bundled model, not a policy dir")
         if args.flow_steps is not None and not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
@@ -180,19 +225,20 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
                 f"--policy {args.policy}: architecture = {architecture!r} has no exporter "
                 f"(exported: {', '.join(POLICY_EXPORTERS)})"
             )
-        export_policy_dir = importlib.import_module(
-            POLICY_EXPORTERS[architecture]
-        ).export_policy_dir
+        exporter = importlib.import_module(POLICY_EXPORTERS[architecture])
+        recipe = resolve_recipe(args.quant, args.quant_recipes)
         mjcf, ee_site = _checked_kinematics(policy, args.robot_mjcf, args.ee_site)
-        export_policy_dir(
+        exporter.export_policy_dir(
             args.policy,
             args.out,
             args.backend,
-            args.quant,
+            recipe,
             flow_steps=args.flow_steps,
             robot_mjcf=mjcf,
             ee_site=ee_site,
         )
+        if args.max_parity_pct is not None:
+            _parity_gate(args, exporter.reference_stages(args.policy, args.flow_steps))
     except VlaEdgeError as exc:
         print(f"vla-edge export: {exc}", file=sys.stderr)
         return 2
@@ -226,3 +272,73 @@ def _checked_kinematics(
         if "kinematics" in section:
             manifest_kinematics(section["kinematics"], f"{field}.kinematics")
     return policy.robot_model(mjcf, ee_site)
+
+
+def _check_gate_args(args: argparse.Namespace) -> None:
+    """Refuse a parity gate that cannot run, before anything is exported.
+
+    Raises:
+        ConfigError: naming the flag and its bound.
+    """
+    if args.max_parity_pct is not None and not args.max_parity_pct > 0:
+        raise ConfigError(f"--max-parity-pct = {args.max_parity_pct}, expected > 0")
+    if not args.parity_samples >= 1:
+        raise ConfigError(f"--parity-samples = {args.parity_samples}, expected >= 1")
+    if args.parity_data is not None and not args.parity_data.exists():
+        raise ConfigError(f"--parity-data {args.parity_data}: no such file or folder")
+
+
+def _parity_gate(args: argparse.Namespace, eager: Mapping[str, Any]) -> None:
+    """Compare the export in ``args.out`` with ``eager``; record the figures or refuse it.
+
+    Raises:
+        ConfigError: the observations cannot be made for this export (tabletop renders
+            for another robot without ``--parity-data``).
+        ParityGateError: some joint is over ``--max-parity-pct``; the manifest is renamed
+            ``manifest.refused.json`` first.
+    """
+    import json
+
+    from vla_edge.core.errors import ParityGateError
+    from vla_edge.export.manifest import MANIFEST_NAME, load_manifest, write_manifest
+    from vla_edge.runners.parity import check_parity, export_parity
+    from vla_edge.sim.env import JOINT_NAMES
+
+    manifest = load_manifest(args.out)
+    data = manifest.data
+    cameras, hw = list(data["cameras"]), (int(data["image_height"]), int(data["image_width"]))
+    if args.parity_data is not None:
+        from vla_edge.sim.frames import recorded_observations
+
+        observations = recorded_observations(
+            args.parity_data, cameras, hw, len(data["joint_names"]), args.parity_samples
+        )
+        source = f"data:{args.parity_data}"
+    else:
+        if tuple(data["joint_names"]) != JOINT_NAMES:
+            raise ConfigError(
+                f"--max-parity-pct: {args.out} drives joints {data['joint_names']}, not the "
+                f"tabletop arm's {list(JOINT_NAMES)}; pass --parity-data with recordings of "
+                "your robot"
+            )
+        from vla_edge.sim.frames import expert_observations
+
+        observations = expert_observations(
+            cameras, hw, int(data["chunk_horizon"]), args.parity_samples
+        )
+        source = "env:scripted_expert"
+    report = export_parity(args.out, eager, observations, threads=args.threads)
+    report = {"source": source, "max_parity_pct": args.max_parity_pct, **report}
+    try:
+        check_parity(report, args.max_parity_pct)
+    except ParityGateError:
+        refused = args.out / "manifest.refused.json"
+        (args.out / MANIFEST_NAME).rename(refused)
+        refused.write_text(json.dumps({**data, "parity": report}, indent=2))
+        raise
+    write_manifest(args.out, {**data, "parity": report})
+    (args.out / "manifest.refused.json").unlink(missing_ok=True)
+    print(
+        f"parity: max {report['rms_pct_of_range_max']:.3g} % of range "
+        f"(bound {args.max_parity_pct:g} %) over {report['observations']} observations"
+    )

@@ -1,20 +1,26 @@
-"""One stage -> one ExecuTorch program lowered to XNNPACK (fp32 or 8da4w).
+"""One stage -> one ExecuTorch program lowered to XNNPACK, quantised as its recipe says.
 
-* ``fp32``: ``torch.export`` -> ``to_edge_transform_and_lower`` with the
-  XNNPACK partitioner -> ``.pte``.
-* ``8da4w``: before export, every ``nn.Linear`` whose input width is a
-  multiple of the group size gets int8 dynamic activations and int4 weights
-  in groups of ``GROUP_SIZE`` (torchao ``Int8DynamicActivationIntxWeightConfig``),
-  which XNNPACK runs as one fused kernel. Every ``nn.Embedding`` (MiniLM's
-  30522-row word table is half of the language program) becomes int8 with one
-  fp32 scale per row (:class:`Int8RowEmbedding`): the rows are gathered as
-  int8 and only the gathered rows are dequantised. Every ``nn.Conv2d`` (the
-  vision encoder's trunk) becomes static int8 — symmetric per-output-channel
-  weights, per-tensor activations observed on calibration frames (PT2E with
-  the XNNPACK quantizer, convolutions only) — which XNNPACK runs as its
-  quantised convolution; norms and everything between stay fp32. Dynamic int8
-  convolutions lower but fail in ExecuTorch 1.5's runtime ("Propagating input
-  shapes failed"), hence the calibration.
+A stage's :class:`~vla_edge.export.quant_recipes.StageQuant` (from a named
+recipe of ``config/quant_recipes.yaml``) is applied before export:
+
+* ``8da4w`` / ``8da8w``: the selected ``nn.Linear`` layers get int8 dynamic
+  activations and int4 weights in groups (a layer whose input width is not a
+  multiple of the group size stays fp32) or int8 per-channel weights (torchao
+  ``Int8DynamicActivationIntxWeightConfig``), which XNNPACK runs as one fused kernel.
+* ``int8wo``: the selected layers keep int8 weights and one scale per output
+  channel (:class:`Int8WeightLinear`); the widening to fp32 runs outside XNNPACK.
+* ``fp16``: the whole stage in half precision behind fp32 inputs and outputs
+  (:class:`HalfPrecisionStage`).
+* ``embeddings: int8``: every ``nn.Embedding`` (MiniLM's 30522-row word table is
+  half of the language program) becomes int8 with one fp32 scale per row
+  (:class:`Int8RowEmbedding`): the rows are gathered as int8 and only the
+  gathered rows are dequantised.
+* ``convs: int8``: the selected ``nn.Conv2d`` layers (the vision encoder's trunk)
+  become static int8 — symmetric per-output-channel weights, per-tensor
+  activations observed on calibration frames (PT2E with the XNNPACK quantizer,
+  convolutions only) — which XNNPACK runs as its quantised convolution; norms and
+  everything between stay fp32. Dynamic int8 convolutions lower but fail in
+  ExecuTorch 1.5's runtime ("Propagating input shapes failed"), hence the calibration.
 
 Norms and attention are first rewritten with ops XNNPACK takes
 (:mod:`vla_edge.export.xnnpack_rewrites`), so each stage lowers to few
@@ -34,9 +40,56 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from vla_edge.core.errors import ConfigError
+from vla_edge.export.quant_recipes import StageQuant, resolve_recipe
 from vla_edge.export.stages import StageProgram
 
 GROUP_SIZE = 32
+
+
+def linear_paths(module: nn.Module) -> list[str]:
+    """Module paths of every ``nn.Linear`` in ``module``, in order."""
+    return [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+
+
+def quantize_linears(
+    module: nn.Module, settings: StageQuant, in_place: bool = False
+) -> tuple[nn.Module, list[str], list[str]]:
+    """``module`` with the ``Linear`` layers ``settings`` selects in its scheme.
+
+    A copy unless ``in_place``.
+
+    Returns:
+        The module, the paths of the quantised and of the fp32 ``Linear`` layers.
+    """
+    quantized = (module if in_place else copy.deepcopy(module)).eval()
+    paths = linear_paths(quantized)
+    layers = dict(quantized.named_modules())
+    chosen = [
+        p
+        for p in paths
+        if settings.scheme in ("8da8w", "8da4w", "int8wo")
+        and settings.selects(p)
+        and (settings.scheme != "8da4w" or layers[p].in_features % settings.group_size == 0)
+    ]
+    if settings.scheme == "int8wo":
+        for path in chosen:
+            parent, _, name = path.rpartition(".")
+            setattr(layers[parent] if parent else quantized, name, Int8WeightLinear(layers[path]))
+    elif chosen:
+        from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+        from torchao.quantization.granularity import PerAxis, PerGroup
+
+        if settings.scheme == "8da4w":
+            config = Int8DynamicActivationIntxWeightConfig(
+                weight_dtype=torch.int4, weight_granularity=PerGroup(settings.group_size)
+            )
+        else:
+            config = Int8DynamicActivationIntxWeightConfig(
+                weight_dtype=torch.int8, weight_granularity=PerAxis(0)
+            )
+        selected = set(chosen)
+        quantize_(quantized, config, filter_fn=lambda mod, fqn: fqn in selected)
+    return quantized, chosen, [p for p in paths if p not in set(chosen)]
 
 
 def quantize_8da4w(
@@ -47,22 +100,47 @@ def quantize_8da4w(
     Returns:
         The quantised module, the number of quantised and of skipped ``Linear`` layers.
     """
-    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerGroup
+    settings = StageQuant(scheme="8da4w", group_size=group_size)
+    quantized, chosen, kept = quantize_linears(module, settings, in_place)
+    return quantized, len(chosen), len(kept)
 
-    quantized = (module if in_place else copy.deepcopy(module)).eval()
-    linears = [m for m in quantized.modules() if isinstance(m, nn.Linear)]
-    eligible = sum(1 for m in linears if m.in_features % group_size == 0)
 
-    def is_eligible(mod: nn.Module, fqn: str) -> bool:
-        del fqn
-        return isinstance(mod, nn.Linear) and mod.in_features % group_size == 0
+class Int8WeightLinear(nn.Module):
+    """``nn.Linear`` with int8 weights and one fp32 scale per output channel (same maths).
 
-    config = Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)
-    )
-    quantize_(quantized, config, filter_fn=is_eligible)
-    return quantized, eligible, len(linears) - eligible
+    ``x @ (q * s).T == (x @ q.T) * s``: the int8 weights are widened to fp32 in the
+    program and the scale is applied to the product.
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach().float()
+        scale = weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+        qweight = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ (qweight * scale).T + bias``."""
+        out = F.linear(x, self.qweight.to(torch.float32)) * self.scale
+        return out if self.bias is None else out + self.bias
+
+
+class HalfPrecisionStage(nn.Module):
+    """A stage run in half precision: float inputs cast to fp16, float outputs back to fp32."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.inner = module.half()
+
+    def forward(self, *inputs: torch.Tensor) -> Any:
+        """The inner stage on half-precision copies of the float inputs."""
+        cast = [t.half() if t.is_floating_point() else t for t in inputs]
+        out = self.inner(*cast)
+        if isinstance(out, torch.Tensor):
+            return out.float() if out.is_floating_point() else out
+        return tuple(t.float() if t.is_floating_point() else t for t in out)
 
 
 class Int8RowEmbedding(nn.Module):
@@ -101,6 +179,7 @@ def quantize_convs_int8(
     module: nn.Module,
     example_inputs: tuple[torch.Tensor, ...],
     calibration: list[tuple[torch.Tensor, ...]],
+    paths: list[str] | None = None,
 ) -> nn.Module:
     """``module`` as a graph whose convolutions are static int8 (see the module docstring).
 
@@ -109,6 +188,7 @@ def quantize_convs_int8(
         example_inputs: the export's example inputs (shapes).
         calibration: inputs like ``example_inputs`` that the activation
             observers see (real frames; random pixels would misplace the ranges).
+        paths: module paths of the convolutions to quantise (``None``: every one).
 
     Raises:
         ConfigError: no calibration inputs.
@@ -121,9 +201,13 @@ def quantize_convs_int8(
 
     if not calibration:
         raise ConfigError("int8 convolutions need calibration inputs, got none")
-    quantizer = XNNPACKQuantizer().set_operator_type(
-        torch.ops.aten.conv2d.default, get_symmetric_quantization_config(is_per_channel=True)
-    )
+    config = get_symmetric_quantization_config(is_per_channel=True)
+    quantizer = XNNPACKQuantizer()
+    if paths is None:
+        quantizer.set_operator_type(torch.ops.aten.conv2d.default, config)
+    else:
+        for path in paths:
+            quantizer.set_module_name(path, config)
     graph = torch.export.export(module, example_inputs, strict=False).module()
     prepared = prepare_pt2e(graph, quantizer)
     with torch.no_grad():
@@ -132,25 +216,79 @@ def quantize_convs_int8(
     return convert_pt2e(prepared)
 
 
+def conv_paths(module: nn.Module) -> list[str]:
+    """Module paths of every ``nn.Conv2d`` in ``module``."""
+    return [name for name, m in module.named_modules() if isinstance(m, nn.Conv2d)]
+
+
+def stage_settings(stage_name: str, quant: str | StageQuant) -> StageQuant:
+    """A :class:`StageQuant` as it is; a recipe name as that recipe's ``stage_name``."""
+    if isinstance(quant, StageQuant):
+        return quant
+    return resolve_recipe(quant).stage(stage_name)
+
+
+def quantize_stage(
+    stage: StageProgram,
+    module: nn.Module,
+    settings: StageQuant,
+    calibration: list[tuple[torch.Tensor, ...]] | None,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """``module`` quantised by ``settings`` and the manifest entry's counts of what was.
+
+    ``module``: a rewritten copy of ``stage.module``, edited in place.
+    """
+    module, chosen, kept = quantize_linears(module, settings, in_place=True)
+    embeddings = 0
+    if settings.embeddings == "int8":
+        module, embeddings = quantize_embeddings_int8(module)
+    convs = conv_paths(module)
+    int8_convs = [p for p in convs if settings.selects(p)] if settings.convs == "int8" else []
+    if int8_convs and calibration:
+        everything = len(int8_convs) == len(convs)
+        module = quantize_convs_int8(
+            module, stage.example_inputs, calibration, None if everything else int8_convs
+        )
+    else:
+        int8_convs = []
+    if settings.scheme == "fp16":
+        module = HalfPrecisionStage(module)
+    details = {
+        "quantized_linears": len(chosen),
+        "fp32_linears": len(kept) if settings.scheme != "fp16" else 0,
+        "int8_embeddings": embeddings,
+        "int8_convs": len(int8_convs),
+        "fp32_convs": len(convs) - len(int8_convs) if settings.scheme != "fp16" else 0,
+        "calibration_inputs": len(calibration or []) if int8_convs else 0,
+    }
+    if settings.scheme in ("8da8w", "8da4w", "int8wo"):
+        details["fp32_linear_names"] = kept
+    return module, details
+
+
 def export_stage_executorch(
     stage: StageProgram,
     path: Path,
-    quant: str,
+    quant: str | StageQuant,
     calibration: list[tuple[torch.Tensor, ...]] | None = None,
     *,
     in_place: bool = False,
 ) -> dict[str, Any]:
     """Lower ``stage`` to XNNPACK and write the ``.pte`` program.
 
-    ``calibration`` (8da4w only): inputs for the int8 convolutions' activation
-    ranges; without it a stage's convolutions stay fp32. ``in_place``: rewrite
-    and quantise ``stage.module`` itself, not a copy (it is unusable afterwards).
+    Args:
+        quant: the stage's settings, or the name of a package recipe.
+        calibration: inputs for the int8 convolutions' activation ranges;
+            without them a stage's convolutions stay fp32.
+        in_place: rewrite and quantise ``stage.module`` itself, not a copy (it is
+            unusable afterwards).
 
     Returns:
         ``{"delegation": {"delegated_subgraphs", "delegated_nodes",
         "non_delegated_nodes", "non_delegated_ops": {op: count}},
         "quantized_linears", "fp32_linears", "int8_embeddings", "int8_convs",
-        "fp32_convs", "calibration_inputs", "rewritten_for_xnnpack"}``.
+        "fp32_convs", "calibration_inputs", "rewritten_for_xnnpack"}``, plus
+        ``fp32_linear_names`` under an integer scheme.
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.devtools.backend_debug import get_delegation_info
@@ -158,18 +296,10 @@ def export_stage_executorch(
 
     from vla_edge.export.xnnpack_rewrites import rewrite_for_xnnpack
 
+    settings = stage_settings(stage.name, quant)
     module, rewrites = rewrite_for_xnnpack(stage.module.eval(), in_place=in_place)
-    quantized, skipped = 0, sum(1 for m in module.modules() if isinstance(m, nn.Linear))
-    embeddings = 0
-    convs = count_convs(module)
-    int8_convs = 0
-    if quant == "8da4w":
-        # the rewrite above already copied the module unless in_place
-        module, quantized, skipped = quantize_8da4w(module, in_place=True)
-        module, embeddings = quantize_embeddings_int8(module)
-        if convs and calibration:
-            module = quantize_convs_int8(module, stage.example_inputs, calibration)
-            int8_convs = convs
+    # the rewrite above already copied the module unless in_place
+    module, details = quantize_stage(stage, module, settings, calibration)
     with torch.no_grad():
         exported = torch.export.export(module, stage.example_inputs, strict=False)
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
@@ -178,12 +308,7 @@ def export_stage_executorch(
     path.write_bytes(program.buffer)
     return {
         "delegation": delegation_summary(info),
-        "quantized_linears": quantized,
-        "fp32_linears": skipped,
-        "int8_embeddings": embeddings,
-        "int8_convs": int8_convs,
-        "fp32_convs": convs - int8_convs,
-        "calibration_inputs": len(calibration or []) if int8_convs else 0,
+        **details,
         "rewritten_for_xnnpack": rewrites,
     }
 

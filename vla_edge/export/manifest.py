@@ -8,9 +8,12 @@ Layout (``MANIFEST_FORMAT``, ``vla_edge.export.v2``): the stages declare their
 own tensors, so one runner per backend runs any architecture::
 
     {"format": "vla_edge.export.v2", "architecture": "bundled",
-     "backend": "onnx" | "executorch", "quant": "fp32" | "8da4w",
+     "backend": "onnx" | "executorch", "quant": RECIPE (a quantisation recipe's name),
+     "quant_recipe": {"name", "description", "calibration_frames",
+                      "stages": {STAGE: {"scheme", "group_size", "embeddings", "convs",
+                                         "layers", "keep_fp32"}}},
      "stage_order": ["language_encoder", "vision_encoder", "fusion", "action_head"],
-     "stages": {STAGE: {"file", "backend", "quant", "bytes", "sha256",
+     "stages": {STAGE: {"file", "backend", "quant": SCHEME, "bytes", "sha256",
                         "rate": "per_instruction" | "per_observation",
                         "inputs": [{"name", "shape", "dtype", "source"}],
                         "outputs": [{"name", "shape", "dtype"}], ...}},
@@ -97,7 +100,8 @@ OLD_FORMATS = ("vla_edge.export.v1",)
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_NAME = "tokenizer.json"
 BACKENDS = ("onnx", "executorch")
-QUANTS = ("fp32", "8da4w")
+QUANTS = ("fp32", "fp16", "8da8w", "8da4w", "int8wo")
+"""A stage's ``quant``: its ``Linear`` layers' scheme (:mod:`vla_edge.export.quant_recipes`)."""
 STAGE_SUFFIX = {"onnx": ".onnx", "executorch": ".pte"}
 RATES = ("per_instruction", "per_observation")
 HOST_INPUTS = (
@@ -264,7 +268,7 @@ def reexport_hint(directory: Path) -> str:
     """The command that writes a current export into ``directory``."""
     return (
         f"re-export it with `vla-edge export --checkpoint CKPT --backend onnx|executorch "
-        f"--quant fp32|8da4w --out {directory}`"
+        f"--quant RECIPE --out {directory}`"
     )
 
 
@@ -339,7 +343,10 @@ def validate_manifest(directory: Path, data: Any) -> Manifest:
     if not data["architecture"]:
         raise ManifestMismatchError(f"{where}: field architecture is empty")
     _check_choice(where, "backend", data["backend"], BACKENDS)
-    _check_choice(where, "quant", data["quant"], QUANTS)
+    if not data["quant"]:
+        raise ManifestMismatchError(f"{where}: field quant is empty (a recipe's name)")
+    if not isinstance(data.get("quant_recipe", {}), dict):
+        raise ManifestMismatchError(f"{where}: field quant_recipe must be an object")
     for name in ("image_height", "image_width", "chunk_horizon", "flow_steps", "dt_action_s"):
         if not data[name] > 0:
             raise ManifestMismatchError(f"{where}: field {name} = {data[name]!r}, expected > 0")

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from vla_edge.archs.pi0.config import Pi0Config
 from vla_edge.archs.pi0.model import Pi0Model
@@ -47,6 +48,7 @@ from vla_edge.archs.policy_dir import TABLETOP_ROBOT
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.manifest import BACKENDS, TensorSpec
 from vla_edge.export.pipeline import prefix_flow_contract
+from vla_edge.export.quant_recipes import QuantRecipe
 from vla_edge.export.stages import StageProgram
 
 OUTPUT = "action_head.actions"
@@ -246,7 +248,7 @@ def export_pi0(
     model: Pi0Model,
     out_dir: str | Path,
     backend: str,
-    quant: str = "fp32",
+    quant: str | QuantRecipe = "fp32",
     *,
     tokenizer: str | Path,
     joint_names: Sequence[str],
@@ -266,11 +268,11 @@ def export_pi0(
         tokenizer: the SentencePiece model (PaliGemma's), copied as ``tokenizer.model``.
         norm_stats, normalisation: see :func:`pi0_contract`.
         extra: more manifest fields (a policy directory's ``action_space``).
-        calibration_images: 8da4w: vision-encoder inputs ``[n_slots, 3, S, S]`` in
+        calibration_images: int8 convolutions: vision-encoder inputs ``[n_slots, 3, S, S]`` in
             [-1, 1] that calibrate the int8 patch convolution (else it stays fp32).
 
     Raises:
-        ConfigError: unknown backend or quantisation, 8da4w on ONNX, a missing
+        ConfigError: unknown backend or recipe, a quantised recipe on ONNX, a missing
             tokenizer, or a bad camera map or statistics.
     """
     from vla_edge.export.pi0_xnnpack import NOT_DELEGATED_WHY
@@ -281,7 +283,7 @@ def export_pi0(
         vision_calibration,
     )
 
-    check_backend_quant(backend, quant)
+    recipe = check_backend_quant(backend, quant)
     tokenizer = Path(tokenizer)
     if not tokenizer.is_file():
         raise ConfigError(f"tokenizer = {str(tokenizer)!r}: no such file")
@@ -301,14 +303,14 @@ def export_pi0(
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer.resolve() != (out_dir / TOKENIZER_FILE).resolve():
         shutil.copyfile(tokenizer, out_dir / TOKENIZER_FILE)
-    calibration = vision_calibration(quant, calibration_images)
+    calibration = vision_calibration(recipe, calibration_images)
     model.eval()
     return export_architecture(
         pi0_stage_programs(model, backend),
         out_dir,
         contract,
         backend,
-        quant,
+        recipe,
         calibration=calibration,
         not_delegated_why=NOT_DELEGATED_WHY if backend == "executorch" else None,
         log=log,
@@ -408,11 +410,51 @@ def manifest_spaces(
     }
 
 
+def load_policy_model(path: str | Path, flow_steps: int | None = None) -> tuple[Any, Pi0Model]:
+    """A π0 / π0.5 policy directory and its model with the directory's weights.
+
+    Raises:
+        ConfigError: the directory holds another architecture, or its prompt or
+            image resize is not π0's.
+        PolicyDirError: (and its relatives) an invalid policy directory.
+    """
+    from vla_edge.archs.pi0.checkpoint import load_pi0_weights
+    from vla_edge.archs.policy_dir import load_policy_dir
+
+    policy = load_policy_dir(path, verify_sha256=True)
+    if policy.architecture not in ("pi0", "pi05"):
+        raise ConfigError(
+            f"{path}: architecture = {policy.architecture!r}: vla-edge export --policy "
+            "exports pi0 and pi05"
+        )
+    config: Pi0Config = policy.config
+    if flow_steps is not None:
+        config = Pi0Config(**{**config.model_dump(), "flow_steps": int(flow_steps)})
+    if policy.prompt.get("format") != prompt_format(config):
+        raise ConfigError(
+            f"{path}: prompt.format = {policy.prompt.get('format')!r}, but the config "
+            f"writes the prompt as {prompt_format(config)!r}"
+        )
+    if policy.images.get("resize") != "pad":
+        raise ConfigError(
+            f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad' (openpi)"
+        )
+    model = Pi0Model(config).eval()
+    load_pi0_weights(policy, model)
+    return policy, model
+
+
+def reference_stages(path: str | Path, flow_steps: int | None = None) -> dict[str, nn.Module]:
+    """The eager (reference) stage modules of a π0 / π0.5 policy directory, by stage name."""
+    _, model = load_policy_model(path, flow_steps)
+    return {stage.name: stage.module for stage in pi0_stage_programs(model, "onnx")}
+
+
 def export_policy_dir(
     path: str | Path,
     out_dir: str | Path,
     backend: str,
-    quant: str = "fp32",
+    quant: str | QuantRecipe = "fp32",
     *,
     flow_steps: int | None = None,
     robot_mjcf: str | Path | None = None,
@@ -440,30 +482,9 @@ def export_policy_dir(
             image resize is not π0's.
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.archs.pi0.checkpoint import load_pi0_weights
-    from vla_edge.archs.policy_dir import load_policy_dir
     from vla_edge.export.pipeline import policy_dir_source
 
-    policy = load_policy_dir(path, verify_sha256=True)
-    if policy.architecture not in ("pi0", "pi05"):
-        raise ConfigError(
-            f"{path}: architecture = {policy.architecture!r}: vla-edge export --policy "
-            "exports pi0 and pi05"
-        )
-    config: Pi0Config = policy.config
-    if flow_steps is not None:
-        config = Pi0Config(**{**config.model_dump(), "flow_steps": int(flow_steps)})
-    if policy.prompt.get("format") != prompt_format(config):
-        raise ConfigError(
-            f"{path}: prompt.format = {policy.prompt.get('format')!r}, but the config "
-            f"writes the prompt as {prompt_format(config)!r}"
-        )
-    if policy.images.get("resize") != "pad":
-        raise ConfigError(
-            f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad' (openpi)"
-        )
-    model = Pi0Model(config).eval()
-    load_pi0_weights(policy, model)
+    policy, model = load_policy_model(path, flow_steps)
     source = policy_dir_source(path, policy)
     return export_pi0(
         model,

@@ -31,7 +31,6 @@ from vla_edge.core.errors import ConfigError
 from vla_edge.export.manifest import (
     BACKENDS,
     MANIFEST_FORMAT,
-    QUANTS,
     STAGE_SUFFIX,
     TOKENIZER_NAME,
     TensorSpec,
@@ -39,6 +38,7 @@ from vla_edge.export.manifest import (
     load_manifest,
     write_manifest,
 )
+from vla_edge.export.quant_recipes import QuantRecipe, StageQuant, resolve_recipe
 from vla_edge.export.stages import (
     BUNDLED_STAGES,
     StageProgram,
@@ -48,26 +48,21 @@ from vla_edge.export.stages import (
 )
 from vla_edge.policy.model import VlaPolicy
 
-EXPORTER_REVISION = 4
+EXPORTER_REVISION = 5
 """Bumped when the exporter's output changes for the same model and package versions.
 
 4: manifest format v2 (the stages declare their tensors).
+5: quantisation recipes (``quant`` names a recipe, ``quant_recipe`` records it).
 """
 
-LANGUAGE_EXPORTER_REVISION = 3
+LANGUAGE_EXPORTER_REVISION = 4
 """The same for the language program alone (a matching one may be reused).
 
-3: 8da4w embedding tables as int8 rows. Manifests written before this field
-existed say only ``revision`` (2, with or without the int8 rows); their
-language program counts as revision 3 when it is fp32 or records int8
-embeddings.
+4: made by a quantisation recipe (earlier ones are not reused).
 """
 
-CALIBRATION_FRAMES = 24
-"""Observations (every camera of each) that calibrate the int8 convolutions of an 8da4w export."""
-
 CalibrationSource = Callable[[VlaPolicy, int, Path | None], list[tuple[torch.Tensor]]]
-"""``(policy, frames, data) -> frames`` vision-encoder inputs: where an 8da4w export's
+"""``(policy, frames, data) -> frames`` vision-encoder inputs: where an int8-convolution export's
 calibration frames come from (the tabletop or recorded demonstrations:
 :func:`vla_edge.sim.frames.calibration_images`; the export does not render them)."""
 
@@ -107,35 +102,33 @@ def _source_info(policy: VlaPolicy, checkpoint: Path | None) -> dict[str, Any]:
     }
 
 
-def check_backend_quant(backend: str, quant: str) -> None:
-    """Refuse an unknown backend or quantisation, and 8da4w on ONNX.
+def check_backend_quant(backend: str, quant: str | QuantRecipe) -> QuantRecipe:
+    """The recipe ``quant`` names; an unknown backend or recipe, or a quantised ONNX, is refused.
 
     Raises:
         ConfigError: naming the field.
     """
     if backend not in BACKENDS:
         raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
-    if quant not in QUANTS:
-        raise ConfigError(f"quant = {quant!r}, expected one of {QUANTS}")
-    if backend == "onnx" and quant != "fp32":
-        raise ConfigError(f"quant = {quant!r} with backend 'onnx': only 'fp32' is exported to ONNX")
+    recipe = resolve_recipe(quant)
+    if backend == "onnx" and not recipe.is_fp32:
+        raise ConfigError(
+            f"quant = {recipe.name!r} with backend 'onnx': only unquantised (fp32) recipes "
+            "are exported to ONNX"
+        )
+    return recipe
 
 
 def exporter_section(**fields: Any) -> dict[str, Any]:
-    """The manifest's ``exporter``: revision, package versions, 8da4w group size, ``fields``."""
-    return {
-        "revision": EXPORTER_REVISION,
-        "versions": package_versions(),
-        "group_size_8da4w": 32,
-        **fields,
-    }
+    """The manifest's ``exporter``: revision, package versions, ``fields``."""
+    return {"revision": EXPORTER_REVISION, "versions": package_versions(), **fields}
 
 
 def vision_calibration(
-    quant: str, images: list[torch.Tensor] | None
+    recipe: QuantRecipe, images: list[torch.Tensor] | None
 ) -> dict[str, list[tuple[torch.Tensor, ...]]]:
-    """8da4w's calibration inputs of the vision encoder's int8 convolutions (else none)."""
-    if quant != "8da4w" or not images:
+    """Calibration inputs of the vision encoder's int8 convolutions (if the recipe has them)."""
+    if recipe.stage("vision_encoder").convs != "int8" or not images:
         return {}
     return {"vision_encoder": [(img.contiguous(),) for img in images]}
 
@@ -261,7 +254,7 @@ def _check_program(stage: StageProgram, backend: str, path: Path) -> float:
 def export_stage(
     stage: StageProgram,
     backend: str,
-    quant: str,
+    quant: str | StageQuant,
     out_dir: Path,
     calibration: list[tuple[torch.Tensor, ...]] | None = None,
     *,
@@ -274,6 +267,8 @@ def export_stage(
     difference from the torch module over every output is ``check_max_abs``.
 
     Args:
+        quant: ExecuTorch: the stage's quantisation settings, or the name of a package
+            recipe (ONNX programs are fp32).
         check: ``False`` skips that run (``check_max_abs`` is ``None``): a caller
             that cannot hold the module and the loaded program in memory together
             (a full-size VLA stage) measures parity in another process.
@@ -281,21 +276,27 @@ def export_stage(
             of a copy (half the memory; the module is unusable afterwards).
     """
     path = out_dir / f"{stage.name}{STAGE_SUFFIX[backend]}"
+    settings = quant if isinstance(quant, StageQuant) else resolve_recipe(quant).stage(stage.name)
     t0 = time.perf_counter()
     if backend == "onnx":
         from vla_edge.export.onnx_export import export_stage_onnx
 
+        if not settings.is_fp32:
+            raise ConfigError(
+                f"stage {stage.name}: scheme {settings.scheme!r} with backend 'onnx': only fp32 "
+                "programs are exported to ONNX"
+            )
         details = export_stage_onnx(stage, path)
     else:
         from vla_edge.export.executorch_export import export_stage_executorch
 
-        details = export_stage_executorch(stage, path, quant, calibration, in_place=in_place)
+        details = export_stage_executorch(stage, path, settings, calibration, in_place=in_place)
     export_s = time.perf_counter() - t0
     max_abs = _check_program(stage, backend, path) if check else None
     return {
         "file": path.name,
         "backend": backend,
-        "quant": quant,
+        "quant": settings.scheme,
         "bytes": path.stat().st_size
         + sum((out_dir / name).stat().st_size for name in details.get("external_data", [])),
         "sha256": file_sha256(path),
@@ -308,42 +309,56 @@ def export_stage(
     }
 
 
-def _language_revision(exporter: dict[str, Any], entry: dict[str, Any]) -> int | None:
-    """The language exporter revision that wrote ``entry`` (see LANGUAGE_EXPORTER_REVISION)."""
-    if "language_revision" in exporter:
-        return int(exporter["language_revision"])
-    if exporter.get("revision") != 2:
-        return None
-    return 3 if entry["quant"] == "fp32" or entry.get("int8_embeddings", 0) > 0 else 2
-
-
-def _reuse_language(
+def _reuse_stage(
+    name: str,
     source_dir: Path,
     out_dir: Path,
     backend: str,
-    quant: str,
+    settings: StageQuant,
     declared: tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]],
+    weights: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """Copy a matching language program from another export directory, if it has one.
+    """Copy stage ``name``'s program from another export directory if it is the same program.
 
-    ``declared``: ``(rate, inputs, outputs)`` the language stage must have.
+    It must have been made with ``settings`` (the other manifest's ``quant_recipe``
+    says; an export without one is not reused), the same backend, declared tensors
+    and package versions. The language stage (frozen MiniLM) needs the same language
+    exporter revision; any other stage the same exporter revision and, given
+    ``weights`` (``{"weights_sha256", "flow_steps", "calibration_inputs"}``), the same
+    weights hash, flow steps and number of calibration frames.
+
+    ``declared``: ``(rate, inputs, outputs)`` the stage must have.
     """
     try:
         other = load_manifest(source_dir)
     except Exception:  # noqa: BLE001 - any unusable directory just means "export afresh"
         return None
-    if "language_encoder" not in other.data["stages"]:
+    if name not in other.data["stages"]:
         return None
-    entry = dict(other.data["stages"]["language_encoder"])
+    entry = dict(other.data["stages"][name])
     rate, inputs, outputs = declared
+    made_with = other.data.get("quant_recipe", {}).get("stages", {}).get(name)
+    exporter = other.data["exporter"]
+    has_convs = entry.get("int8_convs", 0) + entry.get("fp32_convs", 0) > 0
+    if name == "language_encoder":
+        same_maker = exporter.get("language_revision") == LANGUAGE_EXPORTER_REVISION
+    else:
+        same_maker = weights is not None and (
+            weights["weights_sha256"] is not None
+            and exporter.get("revision") == EXPORTER_REVISION
+            and other.data["source"].get("weights_sha256") == weights["weights_sha256"]
+            and other.data["flow_steps"] == weights["flow_steps"]
+            and entry.get("calibration_inputs", 0)
+            == (weights["calibration_inputs"] if settings.convs == "int8" and has_convs else 0)
+        )
     if (
-        entry["backend"] != backend
-        or entry["quant"] != quant
+        not same_maker
+        or entry["backend"] != backend
+        or made_with != settings.summary()
         or entry.get("rate") != rate
         or entry["inputs"] != [t.to_dict() for t in inputs]
         or entry["outputs"] != [t.to_dict() for t in outputs]
-        or other.data["exporter"].get("versions") != package_versions()
-        or _language_revision(other.data["exporter"], entry) != LANGUAGE_EXPORTER_REVISION
+        or exporter.get("versions") != package_versions()
     ):
         return None
     if source_dir.resolve() != out_dir.resolve():
@@ -372,10 +387,10 @@ def export_architecture(
     out_dir: str | Path,
     contract: dict[str, Any],
     backend: str,
-    quant: str = "fp32",
+    quant: str | QuantRecipe = "fp32",
     *,
     stage_backends: dict[str, str] | None = None,
-    stage_quants: dict[str, str] | None = None,
+    stage_quants: dict[str, StageQuant] | None = None,
     calibration: dict[str, list[tuple[torch.Tensor, ...]]] | None = None,
     reused: dict[str, dict[str, Any]] | None = None,
     not_delegated_why: dict[str, str] | None = None,
@@ -395,10 +410,10 @@ def export_architecture(
             architecture-specific fields. A declared tokenizer's ``sha256``
             is filled in here.
         backend: ``onnx`` or ``executorch`` (the default of every stage).
-        quant: ``fp32`` or ``8da4w`` (the default of every stage).
+        quant: the quantisation recipe, or its name in ``config/quant_recipes.yaml``.
         stage_backends: per-stage backend overrides.
-        stage_quants: per-stage quantisation overrides.
-        calibration: per-stage calibration inputs (8da4w int8 convolutions).
+        stage_quants: per-stage settings that replace the recipe's (an ONNX stage's fp32).
+        calibration: per-stage calibration inputs (int8 convolutions).
         reused: entries of stages already in ``out_dir`` (not exported again).
         not_delegated_why: ExecuTorch: operator name -> why it cannot run in
             XNNPACK; each stage's ``delegation.why`` records it for the
@@ -409,19 +424,24 @@ def export_architecture(
         The manifest's data.
 
     Raises:
+        ConfigError: the recipe is unknown or names a stage the architecture lacks.
         ManifestMismatchError: the contract and the stages disagree (the
             message names the field); nothing is written then but the programs.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    recipe = resolve_recipe(quant)
+    order = list(contract.get("stage_order", [s.name for s in stages]))
+    recipe.check_stages(order)
+    settings = {name: recipe.stage(name) for name in order}
+    settings.update(stage_quants or {})
     entries: dict[str, Any] = dict(reused or {})
     for stage in stages:
         if stage.name in entries:
             continue
         stage_backend = (stage_backends or {}).get(stage.name, backend)
-        stage_quant = (stage_quants or {}).get(stage.name, quant)
         calib = (calibration or {}).get(stage.name)
-        entry = export_stage(stage, stage_backend, stage_quant, out_dir, calib)
+        entry = export_stage(stage, stage_backend, settings[stage.name], out_dir, calib)
         if not_delegated_why is not None and "delegation" in entry:
             left = entry["delegation"]["non_delegated_ops"]
             entry["delegation"]["why"] = {
@@ -430,7 +450,6 @@ def export_architecture(
         entries[stage.name] = entry
         log(_stage_line(stage.name, entry))
     rest = {k: v for k, v in contract.items() if k not in ("architecture", "stage_order")}
-    order = list(contract.get("stage_order", [s.name for s in stages]))
     host = json.loads(json.dumps(rest.pop("host")))
     tok = host.get("token_ids", {}).get("tokenizer")
     if isinstance(tok, dict) and isinstance(tok.get("file"), str):
@@ -440,7 +459,11 @@ def export_architecture(
         "format": MANIFEST_FORMAT,
         "architecture": contract["architecture"],
         "backend": backend,
-        "quant": quant,
+        "quant": recipe.name,
+        "quant_recipe": {
+            **recipe.manifest_section(order),
+            "stages": {name: settings[name].summary() for name in order},
+        },
         "stage_order": order,
         "stages": {name: entries[name] for name in order if name in entries},
         "host": host,
@@ -450,7 +473,7 @@ def export_architecture(
     data["total_bytes"] = sum(int(s["bytes"]) for s in entries.values())
     data["created_utc"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     write_manifest(out_dir, data)
-    log(f"wrote {out_dir / 'manifest.json'} ({contract['architecture']}, {backend}, {quant})")
+    log(f"wrote {out_dir / 'manifest.json'} ({contract['architecture']}, {backend}, {recipe.name})")
     return data
 
 
@@ -458,12 +481,13 @@ def export_policy(
     policy: VlaPolicy,
     out_dir: str | Path,
     backend: str,
-    quant: str = "fp32",
+    quant: str | QuantRecipe = "fp32",
     *,
     checkpoint: Path | None = None,
     language_backend: str | None = None,
     reuse_language_from: Path | None = None,
-    calibration_frames: int = CALIBRATION_FRAMES,
+    reuse_stages_from: Sequence[Path] = (),
+    calibration_frames: int | None = None,
     calibration_data: Path | None = None,
     calibration_source: CalibrationSource | None = None,
     log: Callable[[str], None] = print,
@@ -474,29 +498,33 @@ def export_policy(
         policy: the policy (its ``action_head.flow_steps`` is the exported ``K``).
         out_dir: created if missing; existing stage files are overwritten.
         backend: ``onnx`` or ``executorch`` (the policy stages).
-        quant: ``fp32``, or ``8da4w`` (ExecuTorch only).
+        quant: the quantisation recipe or its name (ExecuTorch; ONNX takes ``fp32``).
         checkpoint: the checkpoint file the policy came from (hashed into the
             manifest); ``None`` marks the export as untrained weights.
         language_backend: backend of the language stage (default: ``backend``).
         reuse_language_from: an export directory whose language program may be
-            copied instead of exported again when backend, quant, declared
+            copied instead of exported again when backend, quantisation, declared
             tensors and exporter versions match.
-        calibration_frames: 8da4w only: frames that calibrate the int8
-            convolutions (0 keeps them fp32).
+        reuse_stages_from: export directories of the same weights whose programs
+            may be copied likewise, any stage (``vla-edge bench quant``'s variants).
+        calibration_frames: frames that calibrate the int8 convolutions of a
+            recipe that has them (0 keeps them fp32; ``None``: the recipe's).
         calibration_data: demonstrations to take those frames from (default:
             render them from the tabletop); passed to ``calibration_source``.
-        calibration_source: builds those frames; needed for 8da4w unless
-            ``calibration_frames`` is 0.
+        calibration_source: builds those frames; needed for int8 convolutions
+            unless ``calibration_frames`` is 0.
         log: progress printer.
 
     Returns:
         The manifest's data.
 
     Raises:
-        ConfigError: unknown backend or quantisation, 8da4w on ONNX, or 8da4w
-            calibration without its source or data.
+        ConfigError: unknown backend or recipe, a quantised recipe on ONNX, or int8
+            convolutions' calibration without its source or data.
     """
-    check_backend_quant(backend, quant)
+    recipe = check_backend_quant(backend, quant)
+    if calibration_frames is None:
+        calibration_frames = recipe.calibration_frames
     language_backend = language_backend or backend
     if language_backend not in BACKENDS:
         raise ConfigError(f"language_backend = {language_backend!r}, expected one of {BACKENDS}")
@@ -504,31 +532,44 @@ def export_policy(
         raise ConfigError(f"calibration_frames = {calibration_frames}, expected >= 0")
     if calibration_data is not None and not Path(calibration_data).exists():
         raise ConfigError(f"calibration_data = {str(calibration_data)!r}: no such file or folder")
-    if quant == "8da4w" and calibration_frames and calibration_source is None:
+    int8_convs = recipe.stage("vision_encoder").convs == "int8"
+    if int8_convs and calibration_frames and calibration_source is None:
         raise ConfigError(
-            f"calibration_source = None with quant = '8da4w' and calibration_frames = "
-            f"{calibration_frames}: pass vla_edge.sim.frames.calibration_images (or another "
-            "source of frames), or calibration_frames = 0 to keep the convolutions fp32"
+            f"calibration_source = None with quant = {recipe.name!r} (int8 convolutions) and "
+            f"calibration_frames = {calibration_frames}: pass vla_edge.sim.frames."
+            "calibration_images (or another source of frames), or calibration_frames = 0 to "
+            "keep the convolutions fp32"
         )
-    language_quant = quant if language_backend == "executorch" else "fp32"
+    language_quant = (
+        recipe.stage("language_encoder") if language_backend == "executorch" else StageQuant()
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     policy.eval()
     reused: dict[str, dict[str, Any]] = {}
+    io = bundled_stage_io(policy)
+    source = _source_info(policy, checkpoint)
+    same = {
+        "weights_sha256": source["weights_sha256"],
+        "flow_steps": int(policy.action_head.flow_steps),
+        "calibration_inputs": calibration_frames,
+    }
+    candidates = []
     if reuse_language_from is not None:
-        entry = _reuse_language(
-            Path(reuse_language_from),
-            out_dir,
-            language_backend,
-            language_quant,
-            bundled_stage_io(policy)["language_encoder"],
-        )
+        candidates.append(("language_encoder", Path(reuse_language_from), None))
+    candidates += [(n, Path(d), same) for d in reuse_stages_from for n in BUNDLED_STAGES]
+    for name, folder, weights in candidates:
+        if name in reused:
+            continue
+        stage_backend = language_backend if name == "language_encoder" else backend
+        settings = language_quant if name == "language_encoder" else recipe.stage(name)
+        entry = _reuse_stage(name, folder, out_dir, stage_backend, settings, io[name], weights)
         if entry is not None:
-            reused["language_encoder"] = entry
-            log(f"language_encoder: reused {entry['file']} from {reuse_language_from}")
+            reused[name] = entry
+            log(f"{name}: reused {entry['file']} from {folder}")
     names = tuple(n for n in BUNDLED_STAGES if n not in reused)
     calibration = {}
-    if quant == "8da4w" and calibration_frames:
+    if int8_convs and calibration_frames and calibration_source is not None:
         calibration["vision_encoder"] = calibration_source(
             policy, calibration_frames, calibration_data
         )
@@ -538,7 +579,7 @@ def export_policy(
     contract = {
         **bundled_contract(policy),
         "stage_order": list(BUNDLED_STAGES),
-        "source": _source_info(policy, checkpoint),
+        "source": source,
         "exporter": exporter_section(language_revision=LANGUAGE_EXPORTER_REVISION),
     }
     return export_architecture(
@@ -546,7 +587,7 @@ def export_policy(
         out_dir,
         contract,
         backend,
-        quant,
+        recipe,
         stage_backends={"language_encoder": language_backend},
         stage_quants={"language_encoder": language_quant},
         calibration=calibration,

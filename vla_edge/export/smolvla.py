@@ -66,6 +66,7 @@ from vla_edge.core.errors import (
 from vla_edge.export.manifest import BACKENDS, HF_TOKENIZER_JSON, TensorSpec, file_sha256
 from vla_edge.export.normalisation import codec_from_section
 from vla_edge.export.pipeline import prefix_flow_contract
+from vla_edge.export.quant_recipes import QuantRecipe
 from vla_edge.export.smolvla_xnnpack import NOT_DELEGATED_WHY, xnnpack_stages
 from vla_edge.export.stages import StageProgram
 
@@ -346,7 +347,7 @@ def export_smolvla(
     model: SmolVLAModel,
     out_dir: str | Path,
     backend: str,
-    quant: str = "fp32",
+    quant: str | QuantRecipe = "fp32",
     *,
     tokenizer: str | Path,
     joint_names: Sequence[str],
@@ -364,11 +365,11 @@ def export_smolvla(
         tokenizer: a Hugging Face tokenizer directory (SmolVLM2's), copied as ``tokenizer/``.
         normalisation: see :func:`smolvla_contract`.
         extra: more manifest fields (a policy directory's ``action_space``).
-        calibration_images: 8da4w: vision-encoder inputs ``[n_slots, 3, S, S]`` in
+        calibration_images: int8 convolutions: vision-encoder inputs ``[n_slots, 3, S, S]`` in
             [-1, 1] that calibrate the int8 patch convolution (else it stays fp32).
 
     Raises:
-        ConfigError: unknown backend or quantisation, 8da4w on ONNX, or a bad contract
+        ConfigError: unknown backend or recipe, a quantised recipe on ONNX, or a bad contract
             (:class:`CameraMapError` for the camera map).
         TokenizerMismatchError: no tokenizer directory, or one the runners cannot read as
             ``transformers`` does (checked before anything is written).
@@ -380,7 +381,7 @@ def export_smolvla(
         vision_calibration,
     )
 
-    check_backend_quant(backend, quant)
+    recipe = check_backend_quant(backend, quant)
     files = tokenizer_files(tokenizer)
     contract = smolvla_contract(
         model.config,
@@ -402,25 +403,68 @@ def export_smolvla(
     contract["host"]["token_ids"]["tokenizer"]["files"] = {
         name: file_sha256(target / name) for name in files
     }
-    calibration = vision_calibration(quant, calibration_images)
+    calibration = vision_calibration(recipe, calibration_images)
     model.eval()
     return export_architecture(
         smolvla_stage_programs(model, backend),
         out_dir,
         contract,
         backend,
-        quant,
+        recipe,
         calibration=calibration,
         not_delegated_why=NOT_DELEGATED_WHY if backend == "executorch" else None,
         log=log,
     )
 
 
+def load_policy_model(path: str | Path, flow_steps: int | None = None) -> tuple[Any, SmolVLAModel]:
+    """A SmolVLA policy directory and its model with the directory's weights.
+
+    Raises:
+        ConfigError: the directory holds another architecture, or its prompt or image
+            resize is not SmolVLA's.
+        PolicyDirError: (and its relatives) an invalid policy directory.
+    """
+    from vla_edge.archs.policy_dir import load_policy_dir
+    from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
+
+    policy = load_policy_dir(path, verify_sha256=True)
+    if policy.architecture != ARCHITECTURE:
+        raise ConfigError(
+            f"{path}: architecture = {policy.architecture!r}: the SmolVLA exporter exports "
+            f"{ARCHITECTURE!r} policy directories (vla-edge export --policy picks the exporter "
+            "by architecture)"
+        )
+    config: SmolVLAConfig = policy.config
+    if flow_steps is not None:
+        config = SmolVLAConfig(**{**config.model_dump(), "flow_steps": int(flow_steps)})
+    if policy.prompt.get("format") != PROMPT:
+        raise ConfigError(
+            f"{path}: prompt.format = {policy.prompt.get('format')!r}, expected {PROMPT!r}"
+        )
+    if policy.images.get("resize") != "pad_top_left":
+        raise ConfigError(
+            f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad_top_left' "
+            "(LeRobot SmolVLA's resize_with_pad)"
+        )
+    if policy.tokenizer_dir is None:
+        raise ConfigError(f"{path}: tokenizer = {policy.tokenizer!r}: needs a tokenizer dir")
+    model = SmolVLAModel(config).eval()
+    load_smolvla_weights(policy, model)
+    return policy, model
+
+
+def reference_stages(path: str | Path, flow_steps: int | None = None) -> dict[str, nn.Module]:
+    """The eager (reference) stage modules of a SmolVLA policy directory, by stage name."""
+    _, model = load_policy_model(path, flow_steps)
+    return {stage.name: stage.module for stage in smolvla_stage_programs(model, "onnx")}
+
+
 def export_policy_dir(
     path: str | Path,
     out_dir: str | Path,
     backend: str,
-    quant: str = "fp32",
+    quant: str | QuantRecipe = "fp32",
     *,
     flow_steps: int | None = None,
     robot_mjcf: str | Path | None = None,
@@ -446,34 +490,10 @@ def export_policy_dir(
             resize is not SmolVLA's.
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.archs.policy_dir import load_policy_dir
-    from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
     from vla_edge.export.pi0 import manifest_spaces
     from vla_edge.export.pipeline import policy_dir_source
 
-    policy = load_policy_dir(path, verify_sha256=True)
-    if policy.architecture != ARCHITECTURE:
-        raise ConfigError(
-            f"{path}: architecture = {policy.architecture!r}: the SmolVLA exporter exports "
-            f"{ARCHITECTURE!r} policy directories (vla-edge export --policy picks the exporter "
-            "by architecture)"
-        )
-    config: SmolVLAConfig = policy.config
-    if flow_steps is not None:
-        config = SmolVLAConfig(**{**config.model_dump(), "flow_steps": int(flow_steps)})
-    if policy.prompt.get("format") != PROMPT:
-        raise ConfigError(
-            f"{path}: prompt.format = {policy.prompt.get('format')!r}, expected {PROMPT!r}"
-        )
-    if policy.images.get("resize") != "pad_top_left":
-        raise ConfigError(
-            f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad_top_left' "
-            "(LeRobot SmolVLA's resize_with_pad)"
-        )
-    if policy.tokenizer_dir is None:
-        raise ConfigError(f"{path}: tokenizer = {policy.tokenizer!r}: needs a tokenizer dir")
-    model = SmolVLAModel(config).eval()
-    load_smolvla_weights(policy, model)
+    policy, model = load_policy_model(path, flow_steps)
     source = policy_dir_source(path, policy)
     return export_smolvla(
         model,

@@ -225,6 +225,9 @@ class ExportedRunner:
         expected: what the deployment expects (joint names, ``H``, ``dt``,
             cameras, image size); a differing manifest is refused.
         backend: the backend the policy stages must have (``None``: any).
+        programs: stage name -> an already opened program to run instead of the
+            stage's file (the export's parity check runs the eager torch stages
+            through this very host code).
 
     Attributes:
         state_adapter: the policy's state from the robot's joints (``state_space``).
@@ -250,6 +253,7 @@ class ExportedRunner:
         seed: int = 0,
         expected: RunnerSpec | None = None,
         backend: str | None = None,
+        programs: Mapping[str, StageProgram] | None = None,
     ) -> None:
         self.manifest: Manifest = load_manifest(path)
         if backend is not None and self.manifest.backend != backend:
@@ -297,7 +301,7 @@ class ExportedRunner:
         self._programs: dict[str, StageProgram] = {}
         for name in self.manifest.stage_order:
             stage = self.manifest.stages[name]
-            program = open_program(
+            program = (programs or {}).get(name) or open_program(
                 stage.backend,
                 self.manifest.stage_path(name),
                 threads,
