@@ -295,7 +295,7 @@ def time_inference(
     return out
 
 
-def _vla_edge(argv: list[str], log_file: Path, timeout_s: float) -> int:
+def run_vla_edge(argv: list[str], log_file: Path, timeout_s: float | None = None) -> int:
     """Run ``vla-edge ARGV`` in a fresh process; its output goes to ``log_file``."""
     with log_file.open("w") as log:
         done = subprocess.run(
@@ -315,7 +315,7 @@ def run_eval(args: argparse.Namespace, export: Path, delay_ms: float) -> dict[st
     argv = ["eval", "--policy", str(export), "--episodes", str(args.episodes)]
     argv += ["--tasks", args.task, "--delay-ms", f"{delay_ms:.0f}", "--quiet"]
     argv += ["--threads", str(args.threads), "--json", str(out)]
-    code = _vla_edge(argv, args.work_dir / "eval.log", timeout_s=7200.0)
+    code = run_vla_edge(argv, args.work_dir / "eval.log", timeout_s=7200.0)
     if code != 0 or not out.is_file():
         raise ConfigError(f"vla-edge eval exited {code}; see {args.work_dir / 'eval.log'}")
     return json.loads(out.read_text())
@@ -327,7 +327,7 @@ def run_launch(args: argparse.Namespace, export: Path) -> dict[str, Any]:
     argv = ["launch", "sim", "--policy", str(export), "--task", args.task]
     argv += ["--duration", f"{args.duration_s:g}", "--threads", str(args.threads)]
     argv += ["--json", str(out), "--log-dir", str(args.work_dir / "logs")]
-    code = _vla_edge(argv, args.work_dir / "launch.log", timeout_s=args.duration_s + 600.0)
+    code = run_vla_edge(argv, args.work_dir / "launch.log", timeout_s=args.duration_s + 600.0)
     if not out.is_file():
         raise ConfigError(f"vla-edge launch exited {code}; see {args.work_dir / 'launch.log'}")
     return {"exit_code": code, **json.loads(out.read_text())}

@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from vla_edge.bench.arch_loop import run_vla_edge
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.export.quant_recipes import QuantRecipe, StageOverride, load_recipes
 
@@ -104,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="threads of the latency runs")
     parser.add_argument("--no-eval", action="store_true", help="skip the closed-loop success")
+    parser.add_argument(
+        "--no-latency", action="store_true", help="keep the JSON's latencies (with --resume)"
+    )
     parser.add_argument(
         "--no-eval-variants", default="", help="comma-separated variants measured without it"
     )
@@ -178,14 +181,7 @@ def _eval(args: argparse.Namespace, policy: str, folder: Path, seed: int) -> dic
     argv = ["eval", "--policy", policy, "--episodes", str(args.episodes), "--quiet"]
     argv += ["--workers", str(args.workers), "--threads", "1", "--seed", str(seed)]
     argv += ["--json", str(out)]
-    with (folder / f"eval_seed{seed}.log").open("w") as log:
-        code = subprocess.run(
-            [sys.executable, "-m", "vla_edge.cli", *argv],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ),
-            check=False,
-        ).returncode
+    code = run_vla_edge(argv, folder / f"eval_seed{seed}.log")
     if code != 0 or not out.is_file():
         raise ConfigError(f"vla-edge eval exited {code}; see {folder / f'eval_seed{seed}.log'}")
     data = json.loads(out.read_text())
@@ -349,7 +345,7 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
         for name, v in report["variants"].items()
         if "export_dir" in v and (Path(v["export_dir"]) / "manifest.json").is_file()
     }
-    if folders:
+    if folders and not args.no_latency:
         print("latency (interleaved rounds)", flush=True)
         latency = _latency(args, folders, observations[0][0])
         for name, value in latency.items():
