@@ -467,3 +467,38 @@ def test_vla_edge_launch_sim_runs_an_imported_pi0_export_with_real_processes(
     safety = metrics["safety"]
     assert safety["rejected_out_of_limits"] == 0 and safety["rejected"] == 0, safety
     assert metrics["inference_stage_ms"]["action_head"]["p50"] > 0.0
+
+
+def test_the_parity_gate_compares_an_imported_export_with_its_eager_stages(exports) -> None:
+    from vla_edge.core.errors import ParityGateError
+    from vla_edge.export.pi0 import reference_stages
+    from vla_edge.runners.parity import check_parity, export_parity
+    from vla_edge.sim.frames import expert_observations
+
+    export = exports["joint_position"]
+    data = load_manifest(export).data
+    eager = reference_stages(data["source"]["policy_dir"], K)
+    shape = (int(data["image_height"]), int(data["image_width"]))
+    observations = expert_observations(list(data["cameras"]), shape, H, 3)
+    report = export_parity(export, eager, observations, threads=1)
+    assert report["dims"] == list(JOINT_NAMES) and report["observations"] == 3
+    assert report["rms_pct_of_range_max"] < 0.1  # ONNX fp32 against the same stages
+    check_parity(report, 0.1)
+    eager["action_head"] = _scaled(eager["action_head"])
+    worse = export_parity(export, eager, observations, threads=1)
+    with pytest.raises(ParityGateError, match="joint"):
+        check_parity(worse, 0.1)
+
+
+def _scaled(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` whose outputs are 1.5 times its own (a reference the export cannot match)."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+            return self.inner(*inputs) * 1.5
+
+    return Scaled()
