@@ -20,7 +20,8 @@ checkpoint (success only). Per variant, side by side in one run:
 
 Programs whose settings another variant already exported are copied, not
 exported again. The JSON is rewritten after every step; ``--resume`` keeps what it
-holds and measures the rest.
+holds and measures the rest, and an evaluation JSON already in a variant's folder
+(same policy, seed and episodes) is read instead of run again.
 """
 
 from __future__ import annotations
@@ -178,17 +179,30 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 # ---------------------------------------------------------------- measurements
 def _eval(args: argparse.Namespace, policy: str, folder: Path, seed: int) -> dict[str, Any]:
     out = folder / f"eval_seed{seed}.json"
+    if out.is_file():  # written by an earlier run of the same variant: kept if it is this one
+        data = json.loads(out.read_text())
+        settings = data.get("settings", {})
+        if (
+            data.get("policy") == policy
+            and settings.get("seed") == seed
+            and settings.get("episodes_per_task") == args.episodes
+        ):
+            return _counts(data, out)
     argv = ["eval", "--policy", policy, "--episodes", str(args.episodes), "--quiet"]
     argv += ["--workers", str(args.workers), "--threads", "1", "--seed", str(seed)]
     argv += ["--json", str(out)]
     code = run_vla_edge(argv, folder / f"eval_seed{seed}.log")
     if code != 0 or not out.is_file():
         raise ConfigError(f"vla-edge eval exited {code}; see {folder / f'eval_seed{seed}.log'}")
-    data = json.loads(out.read_text())
+    return _counts(json.loads(out.read_text()), out)
+
+
+def _counts(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Successes and episodes over every task of an evaluation's JSON."""
     tasks = data["tasks"]
     successes = sum(int(t["successes"]) for t in tasks.values())
     episodes = sum(int(t["episodes"]) for t in tasks.values())
-    return {"successes": successes, "episodes": episodes, "json": str(out)}
+    return {"successes": successes, "episodes": episodes, "json": str(path)}
 
 
 def _success(per_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
