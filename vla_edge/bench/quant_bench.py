@@ -20,8 +20,9 @@ checkpoint (success only). Per variant, side by side in one run:
 
 Programs whose settings another variant already exported are copied, not
 exported again. The JSON is rewritten after every step; ``--resume`` keeps what it
-holds and measures the rest, and an evaluation JSON already in a variant's folder
-(same policy, seed and episodes) is read instead of run again.
+holds (the earlier runs' commands and machines under ``settings.earlier_runs``) and
+measures the rest; an evaluation JSON already in a variant's folder (same policy,
+seed and episodes) is read instead of run again.
 """
 
 from __future__ import annotations
@@ -266,8 +267,15 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
     cfg = policy.config
     args.work_dir.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"variants": {}}
+    earlier: list[dict[str, Any]] = []
     if args.resume and args.json.is_file():
         report = json.loads(args.json.read_text())
+        earlier = report["settings"].get("earlier_runs", []) + [
+            {k: report[k] for k in ("settings", "machine") if k in report}
+        ]
+        earlier[-1]["settings"] = {
+            k: v for k, v in earlier[-1]["settings"].items() if k != "earlier_runs"
+        }
     report.update(
         {
             "checkpoint": str(ckpt),
@@ -281,6 +289,7 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
                 "parity_samples": args.parity_samples,
                 "threads": args.threads,
                 "load_before": list(os.getloadavg()),
+                "earlier_runs": earlier,
             },
             "complete": False,
         }
