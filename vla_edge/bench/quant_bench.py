@@ -242,17 +242,46 @@ def _latency(
 
 
 # ---------------------------------------------------------------- the run
+def _export_variant(
+    policy: Any, ckpt: Path, recipe: QuantRecipe, folder: Path, reuse: list[Path]
+) -> dict[str, Any]:
+    """Export the checkpoint with ``recipe`` into ``folder``; the variant's export figures."""
+    from vla_edge.export.pipeline import export_policy
+    from vla_edge.sim.frames import calibration_images
+
+    export_policy(
+        policy,
+        folder,
+        "executorch",
+        recipe,
+        checkpoint=ckpt,
+        calibration_source=calibration_images,
+        reuse_stages_from=reuse,
+        log=lambda line: print(f"  [{recipe.name}] {line}", flush=True),
+    )
+    manifest = json.loads((folder / "manifest.json").read_text())
+    stages = manifest["stages"]
+    return {
+        "description": recipe.description,
+        "recipe": manifest["quant_recipe"],
+        "export_dir": str(folder),
+        "bytes": manifest["total_bytes"],
+        "stage_bytes": {k: v["bytes"] for k, v in stages.items()},
+        "quantized_linears": {k: v.get("quantized_linears", 0) for k, v in stages.items()},
+        "int8_convs": {k: v.get("int8_convs", 0) for k, v in stages.items()},
+    }
+
+
 def run_quant(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every variant (see the module docstring) and return the report."""
     import torch
 
     from vla_edge.bench.latency import machine_info
-    from vla_edge.export.pipeline import export_policy
     from vla_edge.export.stages import policy_stages
     from vla_edge.policy.model import load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path
     from vla_edge.runners.parity import export_parity
-    from vla_edge.sim.frames import calibration_images, expert_observations
+    from vla_edge.sim.frames import expert_observations
 
     torch.set_num_threads(max(1, args.threads))
     recipes = load_recipes(args.quant_recipes)
@@ -314,30 +343,16 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
         if recipe is not None:
             if "parity" not in entry:
                 print(f"[{name}] export", flush=True)
-                export_policy(
-                    policy,
-                    folder,
-                    "executorch",
-                    recipe,
-                    checkpoint=ckpt,
-                    calibration_source=calibration_images,
-                    reuse_stages_from=[folder, *folders.values()],
-                    log=lambda line, n=name: print(f"  [{n}] {line}", flush=True),
-                )
-                manifest = json.loads((folder / "manifest.json").read_text())
-                entry = {
-                    "description": recipe.description,
-                    "recipe": manifest["quant_recipe"],
-                    "export_dir": str(folder),
-                    "bytes": manifest["total_bytes"],
-                    "stage_bytes": {k: v["bytes"] for k, v in manifest["stages"].items()},
-                    "quantized_linears": {
-                        k: v.get("quantized_linears", 0) for k, v in manifest["stages"].items()
-                    },
-                    "int8_convs": {
-                        k: v.get("int8_convs", 0) for k, v in manifest["stages"].items()
-                    },
-                }
+                try:
+                    entry = _export_variant(
+                        policy, ckpt, recipe, folder, [folder, *folders.values()]
+                    )
+                except (VlaEdgeError, RuntimeError) as exc:  # a recipe this model cannot take
+                    why = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}"
+                    print(f"[{name}] failed: {why}", flush=True)
+                    report["variants"][name] = {"description": recipe.description, "failed": why}
+                    save()
+                    continue
                 print(f"[{name}] parity", flush=True)
                 entry["parity"] = export_parity(folder, eager, observations, threads=args.threads)
                 report["variants"][name] = entry

@@ -29,7 +29,8 @@ def time_embedding(tau: torch.Tensor, dim: int) -> torch.Tensor:
     fraction = torch.arange(half, dtype=torch.float32, device=tau.device) / max(half - 1, 1)
     period = min_period * (max_period / min_period) ** fraction
     angles = tau.unsqueeze(-1) * (2.0 * math.pi / period)
-    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    # in tau's precision (an fp16 export's), computed in fp32
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1).to(tau.dtype)
 
 
 class ActionHead(nn.Module):
