@@ -388,13 +388,13 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
         latency = _latency(args, folders, observations[0][0])
         for name, value in latency.items():
             report["variants"][name]["latency_ms"] = value
-    torch_success = report["variants"].get("torch", {}).get("success")
-    if torch_success:
-        for entry in report["variants"].values():
-            if "success" in entry:
-                entry["points_vs_torch"] = 100.0 * (
-                    entry["success"]["rate"] - torch_success["rate"]
-                )
+    torch_seeds = report["variants"].get("torch", {}).get("success", {}).get("seeds", {})
+    for entry in report["variants"].values():  # on the seeds both have
+        seeds = set(entry.get("success", {}).get("seeds", {})) & set(torch_seeds)
+        if seeds:
+            mine = _success({s: entry["success"]["seeds"][s] for s in seeds})["rate"]
+            theirs = _success({s: torch_seeds[s] for s in seeds})["rate"]
+            entry["points_vs_torch"] = {"seeds": sorted(seeds), "points": 100.0 * (mine - theirs)}
     report["settings"]["load_after"] = list(os.getloadavg())
     report["complete"] = True
     save()

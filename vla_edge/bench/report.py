@@ -489,6 +489,66 @@ def render_loop(reports: Sequence[Json]) -> str:
     return _table(header, rows)
 
 
+def _rate(per_seed: Json, seeds: Sequence[str]) -> float:
+    """Success rate of ``per_seed``'s runs over ``seeds`` only."""
+    runs = [per_seed[s] for s in seeds]
+    return sum(r["successes"] for r in runs) / sum(r["episodes"] for r in runs)
+
+
+def render_quant(reports: Sequence[Json]) -> str:
+    """Quantisation sensitivity: per variant parity, bytes, latency and closed-loop success."""
+    rows = []
+    for report in reports:
+        variants = report["variants"]
+        torch_seeds = variants.get("torch", {}).get("success", {}).get("seeds", {})
+        for name, v in variants.items():
+            if "failed" in v:
+                rows.append([f"`{name}`", v.get("description", ""), f"failed: {v['failed']}"])
+                rows[-1] += ["–"] * 4
+                continue
+            parity = v.get("parity")
+            worst = ""
+            if parity:
+                pct = parity["rms_pct_of_range"]
+                worst = f" ({parity['dims'][pct.index(max(pct))]})"
+            success = v.get("success")
+            seeds = (
+                ", ".join(
+                    f"seed {k}: {s['successes']}/{s['episodes']}"
+                    for k, s in success["seeds"].items()
+                )
+                if success
+                else "–"
+            )
+            rows.append(
+                [
+                    f"`{name}`",
+                    v.get("description", ""),
+                    _pct_of_range(parity["rms_pct_of_range_max"]) + worst if parity else "–",
+                    f"{v['bytes'] / 1e6:.1f} MB ({v['bytes_vs_fp32']:.2f})"
+                    if "bytes" in v
+                    else "–",
+                    _ms(v.get("latency_ms", {}).get("p50")),
+                    (_total(success["successes"], success["episodes"]) + f" — {seeds}")
+                    if success
+                    else "–",
+                    _points(100.0 * (success["rate"] - _rate(torch_seeds, success["seeds"])))
+                    if success and set(success["seeds"]) <= set(torch_seeds) and name != "torch"
+                    else "–",
+                ]
+            )
+    header = [
+        "variant",
+        "quantised",
+        "parity max (% of range, worst joint)",
+        "bytes (vs fp32)",
+        "p50 ms per chunk",
+        "success",
+        "vs torch",
+    ]
+    return _table(header, rows)
+
+
 # ---------------------------------------------------------------- control, graph, faults
 
 
@@ -813,6 +873,19 @@ TABLES: tuple[Table, ...] = (
         "--json OUT` (`--reuse`: the checkpoint and policy directory of a first run with the "
         "same seed, stopped during its export)",
         render_loop,
+    ),
+    Table(
+        "quant",
+        (_r("bench_quant_bundled.json"),),
+        "`vla-edge bench quant --json OUT --variants torch,fp32,all,recipe:8da8w,stage:action_head,"
+        "stage:fusion,stage:vision_encoder,stage:language_encoder,group:action_out,"
+        "group:flow_time_embedding,group:first_conv,group:attention,recipe:8da4w_head8,"
+        "recipe:int8wo,recipe:fp16 --no-eval-variants recipe:int8wo,recipe:fp16` (its fp16 "
+        "export failed, fixed since), then `--resume --variants torch,recipe:8da8w,recipe:fp16 "
+        "--no-eval-variants recipe:fp16 --seeds 0,1`, which read the seed-1 evaluations that "
+        "`--variants torch,recipe:8da8w --seeds 1` had written into the same work directory "
+        "beside the first run; vs torch: on the same seeds",
+        render_quant,
     ),
     Table(
         "control",
