@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from export_fixtures import tiny_checkpoint
 
-from vla_edge.bench.quant_bench import STAGES, variant_recipe, wilson
+from vla_edge.bench.quant_bench import STAGES, variant_recipe
 from vla_edge.cli import main as cli_main
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.quant_recipes import load_recipes
@@ -46,12 +46,6 @@ def test_the_whole_recipe_and_named_recipes_are_variants_too(recipes) -> None:
 def test_an_unknown_variant_is_a_named_error(recipes, name: str) -> None:
     with pytest.raises(ConfigError, match=name.split(":")[-1]):
         variant_recipe(name, recipes["8da4w"], recipes)
-
-
-def test_wilson_interval_brackets_the_rate() -> None:
-    low, high = wilson(227, 300)
-    assert low < 227 / 300 < high and high - low == pytest.approx(0.096, abs=0.002)
-    assert wilson(0, 0) == (0.0, 0.0)
 
 
 @pytest.mark.slow

@@ -10,9 +10,10 @@ from torch import nn
 from vla_edge.export.executorch_export import (
     Int8RowEmbedding,
     export_stage_executorch,
-    quantize_8da4w,
     quantize_embeddings_int8,
+    quantize_linears,
 )
+from vla_edge.export.quant_recipes import StageQuant
 from vla_edge.export.stages import StageProgram
 
 torch.set_num_threads(1)
@@ -63,7 +64,7 @@ def test_8da4w_program_stores_the_table_as_int8_and_runs_it(tmp_path: Path) -> N
     assert details["int8_embeddings"] == 1
     assert q_bytes < 0.35 * fp32_bytes
     torch.manual_seed(0)
-    reference, _, _ = quantize_8da4w(_Lookup().eval())
+    reference, _, _ = quantize_linears(_Lookup().eval(), StageQuant(scheme="8da4w"))
     reference, _ = quantize_embeddings_int8(reference)
     ids = torch.randint(0, 4096, (1, 12))
     program = _load_for_executorch(str(tmp_path / "lookup_8da4w.pte"))

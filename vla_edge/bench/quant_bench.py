@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -41,6 +40,7 @@ import numpy as np
 from vla_edge.bench.arch_loop import run_vla_edge
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.export.quant_recipes import QuantRecipe, StageOverride, load_recipes
+from vla_edge.sim.evaluator import wilson_interval
 
 STAGES = ("language_encoder", "vision_encoder", "fusion", "action_head")
 
@@ -167,16 +167,6 @@ def variant_recipe(name: str, base: QuantRecipe, recipes: dict[str, QuantRecipe]
     return base.model_copy(update={"name": name, "description": why, "stages": stages})
 
 
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of ``successes`` out of ``n``."""
-    if n == 0:
-        return 0.0, 0.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 # ---------------------------------------------------------------- measurements
 def _eval(args: argparse.Namespace, policy: str, folder: Path, seed: int) -> dict[str, Any]:
     out = folder / f"eval_seed{seed}.json"
@@ -209,7 +199,7 @@ def _counts(data: dict[str, Any], path: Path) -> dict[str, Any]:
 def _success(per_seed: dict[str, dict[str, Any]]) -> dict[str, Any]:
     successes = sum(s["successes"] for s in per_seed.values())
     episodes = sum(s["episodes"] for s in per_seed.values())
-    low, high = wilson(successes, episodes)
+    low, high = wilson_interval(successes, episodes)
     return {
         "seeds": per_seed,
         "successes": successes,

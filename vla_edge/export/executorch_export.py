@@ -40,10 +40,8 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from vla_edge.core.errors import ConfigError
-from vla_edge.export.quant_recipes import StageQuant, resolve_recipe
+from vla_edge.export.quant_recipes import StageQuant, stage_quant
 from vla_edge.export.stages import StageProgram
-
-GROUP_SIZE = 32
 
 
 def linear_paths(module: nn.Module) -> list[str]:
@@ -71,6 +69,7 @@ def quantize_linears(
         and settings.selects(p)
         and (settings.scheme != "8da4w" or layers[p].in_features % settings.group_size == 0)
     ]
+    selected = set(chosen)
     if settings.scheme == "int8wo":
         for path in chosen:
             parent, _, name = path.rpartition(".")
@@ -87,22 +86,8 @@ def quantize_linears(
             config = Int8DynamicActivationIntxWeightConfig(
                 weight_dtype=torch.int8, weight_granularity=PerAxis(0)
             )
-        selected = set(chosen)
         quantize_(quantized, config, filter_fn=lambda mod, fqn: fqn in selected)
-    return quantized, chosen, [p for p in paths if p not in set(chosen)]
-
-
-def quantize_8da4w(
-    module: nn.Module, group_size: int = GROUP_SIZE, in_place: bool = False
-) -> tuple[nn.Module, int, int]:
-    """``module`` with its eligible ``Linear`` layers in 8da4w (a copy unless ``in_place``).
-
-    Returns:
-        The quantised module, the number of quantised and of skipped ``Linear`` layers.
-    """
-    settings = StageQuant(scheme="8da4w", group_size=group_size)
-    quantized, chosen, kept = quantize_linears(module, settings, in_place)
-    return quantized, len(chosen), len(kept)
+    return quantized, chosen, [p for p in paths if p not in selected]
 
 
 class Int8WeightLinear(nn.Module):
@@ -221,13 +206,6 @@ def conv_paths(module: nn.Module) -> list[str]:
     return [name for name, m in module.named_modules() if isinstance(m, nn.Conv2d)]
 
 
-def stage_settings(stage_name: str, quant: str | StageQuant) -> StageQuant:
-    """A :class:`StageQuant` as it is; a recipe name as that recipe's ``stage_name``."""
-    if isinstance(quant, StageQuant):
-        return quant
-    return resolve_recipe(quant).stage(stage_name)
-
-
 def quantize_stage(
     stage: StageProgram,
     module: nn.Module,
@@ -296,7 +274,7 @@ def export_stage_executorch(
 
     from vla_edge.export.xnnpack_rewrites import rewrite_for_xnnpack
 
-    settings = stage_settings(stage.name, quant)
+    settings = stage_quant(stage.name, quant)
     module, rewrites = rewrite_for_xnnpack(stage.module.eval(), in_place=in_place)
     # the rewrite above already copied the module unless in_place
     module, details = quantize_stage(stage, module, settings, calibration)

@@ -38,7 +38,7 @@ from vla_edge.export.manifest import (
     load_manifest,
     write_manifest,
 )
-from vla_edge.export.quant_recipes import QuantRecipe, StageQuant, resolve_recipe
+from vla_edge.export.quant_recipes import QuantRecipe, StageQuant, resolve_recipe, stage_quant
 from vla_edge.export.stages import (
     BUNDLED_STAGES,
     StageProgram,
@@ -276,7 +276,7 @@ def export_stage(
             of a copy (half the memory; the module is unusable afterwards).
     """
     path = out_dir / f"{stage.name}{STAGE_SUFFIX[backend]}"
-    settings = quant if isinstance(quant, StageQuant) else resolve_recipe(quant).stage(stage.name)
+    settings = stage_quant(stage.name, quant)
     t0 = time.perf_counter()
     if backend == "onnx":
         from vla_edge.export.onnx_export import export_stage_onnx
@@ -433,8 +433,7 @@ def export_architecture(
     recipe = resolve_recipe(quant)
     order = list(contract.get("stage_order", [s.name for s in stages]))
     recipe.check_stages(order)
-    settings = {name: recipe.stage(name) for name in order}
-    settings.update(stage_quants or {})
+    settings = recipe.stage_settings(order, stage_quants)
     entries: dict[str, Any] = dict(reused or {})
     for stage in stages:
         if stage.name in entries:
@@ -460,10 +459,7 @@ def export_architecture(
         "architecture": contract["architecture"],
         "backend": backend,
         "quant": recipe.name,
-        "quant_recipe": {
-            **recipe.manifest_section(order),
-            "stages": {name: settings[name].summary() for name in order},
-        },
+        "quant_recipe": recipe.manifest_section(order, stage_quants),
         "stage_order": order,
         "stages": {name: entries[name] for name in order if name in entries},
         "host": host,

@@ -32,7 +32,7 @@ on ``calibration_frames`` frames.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -168,13 +168,22 @@ class QuantRecipe(BaseModel):
         """No stage is quantised (the only recipe ONNX exports take)."""
         return self.stage("*").is_fp32 and all(self.stage(n).is_fp32 for n in self.stages)
 
-    def manifest_section(self, stage_names: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    def stage_settings(
+        self, names: Sequence[str], overrides: Mapping[str, StageQuant] | None = None
+    ) -> dict[str, StageQuant]:
+        """Each of ``names``' settings: its ``overrides`` entry, else the recipe's."""
+        return {name: (overrides or {}).get(name) or self.stage(name) for name in names}
+
+    def manifest_section(
+        self, stage_names: Sequence[str], overrides: Mapping[str, StageQuant] | None = None
+    ) -> dict[str, Any]:
         """``quant_recipe`` of the manifest: the name, description and each stage's settings."""
+        settings = self.stage_settings(stage_names, overrides)
         return {
             "name": self.name,
             "description": self.description,
             "calibration_frames": self.calibration_frames,
-            "stages": {name: self.stage(name).summary() for name in stage_names},
+            "stages": {name: value.summary() for name, value in settings.items()},
         }
 
 
@@ -229,3 +238,10 @@ def resolve_recipe(quant: str | QuantRecipe, path: str | Path | None = None) -> 
             f"(recipes: {', '.join(recipes)})"
         )
     return recipes[quant]
+
+
+def stage_quant(stage_name: str, quant: str | StageQuant) -> StageQuant:
+    """A :class:`StageQuant` as it is; a recipe name as that recipe's ``stage_name`` settings."""
+    if isinstance(quant, StageQuant):
+        return quant
+    return resolve_recipe(quant).stage(stage_name)
