@@ -50,6 +50,33 @@ def test_random_models_are_the_same_in_every_process_and_thread_count() -> None:
     assert any(not torch.equal(a.state_dict()[k], c.state_dict()[k]) for k in weights)
 
 
+def test_a_stage_drawn_alone_has_the_values_of_the_whole_model() -> None:
+    """An export process draws only its stage: the same weights the timing process has."""
+    whole = arch_models.random_model("pi0", "small", 1, seed=3)
+    alone = arch_models.random_model("pi0", "small", 1, seed=3, stage="action_head")
+    head = arch_models.build_stages("pi0", alone).modules()["action_head"]
+    drawn = {id(p) for p in head.parameters()}
+    whole_params = dict(whole.named_parameters())
+    checked = 0
+    for name, param in alone.named_parameters():
+        if id(param) in drawn:
+            assert torch.equal(param, whole_params[name]), name
+            checked += 1
+    assert checked == len(drawn) > 0
+    # the vision tower is not the action head's: never written, so not the same values
+    vision = arch_models.build_stages("pi0", alone).modules()["vision_encoder"]
+    assert not {id(p) for p in vision.parameters()} & drawn
+
+
+def test_every_package_recipe_is_a_variant() -> None:
+    from vla_edge.export.quant_recipes import load_recipes
+
+    names = arch_latency.variant_names()
+    assert names["onnx_fp32"] == ("onnx", "fp32")
+    for recipe in load_recipes():
+        assert names[f"executorch_{recipe}"] == ("executorch", recipe)
+
+
 def test_a_stage_shrinks_by_its_layers_only() -> None:
     full = arch_models.model_config("pi0", "full", 1)
     fusion = arch_models.model_config("pi0", "full", 1, "fusion", 9)
@@ -107,3 +134,30 @@ def test_a_small_pi0_through_eager_torch_and_onnx(tmp_path) -> None:
     assert rows["torch"]["gemm_peak_gflops"] > 0
     (row,) = report["summary"]["vs_torch"]
     assert row["variant"] == "onnx_fp32" and row["speed_vs_torch"] > 0
+
+
+@pytest.mark.slow
+def test_a_small_smolvla_under_a_mixed_recipe(tmp_path) -> None:
+    """A recipe variant: its bytes beside fp32's, its latency and its parity, in one run."""
+    out = tmp_path / "bench.json"
+    cmd = [
+        sys.executable, "-m", "vla_edge.cli", "bench", "latency", "--arch", "smolvla", "--size",
+        "small", "--cameras", "1", "--threads", "1", "--backend", "torch,executorch",
+        "--variants", "executorch_fp32,executorch_8da4w_head8", "--runs", "1",
+        "--json", str(out), "--work-dir", str(tmp_path / "work"),
+    ]  # fmt: skip
+    subprocess.run(cmd, check=True, timeout=900)
+    report = json.loads(out.read_text())
+    model = report["models"]["smolvla_small_1cam"]
+    fp32 = model["exports"]["executorch_fp32"]
+    mixed = model["exports"]["executorch_8da4w_head8"]
+    assert fp32["complete"] and mixed["complete"]
+    assert mixed["bytes"] < fp32["bytes"]
+    quants = {s: e["entry"]["quant"] for s, e in mixed["stages"].items()}
+    assert quants == {"vision_encoder": "8da4w", "fusion": "8da4w", "action_head": "8da8w"}
+    rows = {(r["backend"], r["quant"]): r for r in model["results"]}
+    assert rows["executorch", "8da4w_head8"]["ok"]
+    assert rows["executorch", "fp32"]["parity"]["rms_pct_of_range_max"] <= 0.1
+    assert 0 < rows["executorch", "8da4w_head8"]["parity"]["rms_pct_of_range_max"] <= 10
+    variants = {row["variant"] for row in report["summary"]["vs_torch"]}
+    assert variants == {"executorch_fp32", "executorch_8da4w_head8"}

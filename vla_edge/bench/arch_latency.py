@@ -12,7 +12,9 @@ For each camera count (the model's image slots):
 2. **Eager torch**, one fresh process per thread count: per-stage and end-to-end
    p50/p95 of the three stages chained, peak RSS; the first also writes the actions of
    the parity cases (the reference).
-3. **Each export** (ONNX fp32, ExecuTorch fp32, ExecuTorch 8da4w), one process per stage
+3. **Each export** (ONNX fp32, ExecuTorch fp32, ExecuTorch 8da4w by default; ExecuTorch
+   under any recipe of ``config/quant_recipes.yaml`` with ``--variants``; a recipe's
+   int8 convolutions stay fp32 here, as there are no calibration images), one process per stage
    so that only that stage's weights are in memory. A watchdog reads the process's
    resident memory and the machine's available memory every 0.2 s; when the machine is
    about to run out it stops the process, and the JSON names the stage, the step that
@@ -51,6 +53,15 @@ MEMORY_FLOOR_MB = 768.0
 POLL_S = 0.2
 
 
+def variant_names() -> dict[str, tuple[str, str]]:
+    """Every variant ``--variants`` takes: ONNX fp32 and ExecuTorch under each package recipe."""
+    from vla_edge.export.quant_recipes import load_recipes
+
+    names = {f"{b}_{q}": (b, q) for b, q in VARIANTS}
+    names.update({f"executorch_{recipe}": ("executorch", recipe) for recipe in load_recipes()})
+    return names
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``--arch`` options shared by ``bench latency`` and ``bench parity``."""
     parser.add_argument(
@@ -68,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variants",
         default=",".join(f"{b}_{q}" for b, q in VARIANTS),
-        help="with --arch: the exports to time, in this order",
+        help="with --arch: the exports to time, in this order: onnx_fp32 or "
+        "executorch_<recipe> for a recipe of config/quant_recipes.yaml",
     )
     parser.add_argument(
         "--stages",
@@ -536,7 +548,7 @@ def run(args: argparse.Namespace, parity_only: bool = False) -> int:
         args.runs = 3 if args.runs is None else args.runs
         args.warmup = 1 if args.warmup is None else args.warmup
     args.work_dir = Path(args.work_dir) / "arch"
-    names = {f"{b}_{q}": (b, q) for b, q in VARIANTS}
+    names = variant_names()
     wanted = [v.strip() for v in str(args.variants).split(",") if v.strip()]
     unknown = [v for v in wanted if v not in names]
     if unknown:

@@ -10,7 +10,11 @@ exported in one process are compared with eager torch in another):
   checkpoints run a black, masked image through the vision encoder for each missing one);
 * :func:`random_model`: built without the default initialisers (a 3.3 B-parameter
   model's kaiming draws take minutes), then every weight ~ N(0, 0.02²), biases 0,
-  layer norms 1 / 0, as transformers initialises these blocks;
+  layer norms 1 / 0, as transformers initialises these blocks. Each module draws from
+  its own generator, seeded by the seed and its name, so one stage can be drawn alone:
+  an export process draws only its stage, and the rest of the model stays allocated
+  but never written, so not resident (a full-size π0 action head no longer carries
+  the 13 GB of the whole model);
 * :func:`bench_inputs`: each stage's host inputs with every slot present;
 * :func:`stage_flops`: each stage's FLOPs, counted on fake tensors (no memory);
 * :func:`gemm_peak_gflops`: this CPU's fp32 GEMM throughput, the yardstick of the
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -136,18 +141,33 @@ def without_default_init() -> Iterator[None]:
             cls.reset_parameters = method  # type: ignore[method-assign]
 
 
+def module_generator(seed: int, name: str) -> torch.Generator:
+    """The generator of module ``name``'s draws: the same in every process."""
+    # the CPU generator keeps 32 bits of its seed: hash the pair into them
+    return torch.Generator().manual_seed(zlib.crc32(f"{int(seed)}:{name}".encode()))
+
+
 @torch.no_grad()
-def randomise(model: nn.Module, seed: int, std: float = INIT_STD) -> nn.Module:
-    """Every weight of ``model`` ~ N(0, std²), biases 0, layer norms 1 / 0 (in place)."""
-    gen = torch.Generator().manual_seed(int(seed))
-    for module in model.modules():
+def randomise(
+    model: nn.Module, seed: int, std: float = INIT_STD, only: nn.Module | None = None
+) -> nn.Module:
+    """Every weight of ``model`` ~ N(0, std²), biases 0, layer norms 1 / 0 (in place).
+
+    ``only``: draw just the modules whose parameters ``only`` holds (a stage of
+    ``model``); each gets the values it gets when the whole model is drawn.
+    """
+    wanted = None if only is None else {id(p) for p in only.parameters()}
+    for name, module in model.named_modules():
+        own = list(module.parameters(recurse=False))
+        if wanted is not None and not any(id(p) in wanted for p in own):
+            continue
         if isinstance(module, nn.LayerNorm):
             if module.weight is not None:
                 module.weight.fill_(1.0)
             if module.bias is not None:
                 module.bias.zero_()
         elif isinstance(module, nn.Linear | nn.Embedding | nn.Conv2d):
-            module.weight.normal_(0.0, std, generator=gen)
+            module.weight.normal_(0.0, std, generator=module_generator(seed, name))
             bias = getattr(module, "bias", None)
             if bias is not None:
                 bias.zero_()
@@ -162,11 +182,15 @@ def random_model(
     stage: str | None = None,
     depth: int | None = None,
 ) -> nn.Module:
-    """``arch`` at ``size`` with seeded random weights, in eval mode (see :func:`model_config`)."""
+    """``arch`` at ``size`` with seeded random weights, in eval mode (see :func:`model_config`).
+
+    ``stage``: draw only that stage's weights (the others stay unwritten).
+    """
     config = model_config(arch, size, cameras, stage, depth)
     with without_default_init():
         model = model_class(arch)(config)
-    return randomise(model, seed).eval()
+    only = None if stage is None else build_stages(arch, model).modules()[stage]
+    return randomise(model, seed, only=only).eval()
 
 
 def meta_stages(arch: str, size: str, cameras: int) -> Any:

@@ -276,7 +276,8 @@ class XnnpackFusion(nn.Module):
         self.language_model = stage.language_model
         # a plain lookup over the shared table (transformers 5.x's module would scale it)
         table = stage.language_model.embed_tokens.weight
-        self.embed_tokens = nn.Embedding(table.shape[0], table.shape[1])
+        with torch.device("meta"):  # no second table, not even for a moment
+            self.embed_tokens = nn.Embedding(table.shape[0], table.shape[1])
         self.embed_tokens.weight = table
         self.n_slots, self.image_tokens = n_slots, image_tokens
         length = n_slots * image_tokens + c.max_token_len
