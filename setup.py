@@ -30,6 +30,7 @@ setup(
         (os.path.join("share", PACKAGE, "launch"), glob("launch/*.launch.py")),
         (os.path.join("share", PACKAGE, "config"), glob("config/*.yaml")),
         *_tree("config/faults"),
+        *_tree("config/sweeps"),
         *_tree("sim"),
     ],
     install_requires=["setuptools"],

@@ -206,19 +206,14 @@ def test_eval_rejects_zero_workers(capsys):
 
 
 def test_eval_flow_steps_sets_the_checkpoints_euler_steps_and_is_refused_elsewhere(capsys):
-    import argparse
-
     from vla_edge.cli import main as cli_main
-    from vla_edge.sim import eval_cli
+    from vla_edge.sim.episodes import env_and_runner
 
     assert cli_main(["eval", "--policy", "expert", "--flow-steps", "5"]) == 2
     assert "--flow-steps applies to a torch checkpoint" in capsys.readouterr().err
     assert cli_main(["eval", "--policy", "bundled", "--flow-steps", "0"]) == 2
     assert "--flow-steps = 0" in capsys.readouterr().err
-    parser = argparse.ArgumentParser()
-    eval_cli.add_arguments(parser)
-    args = parser.parse_args(["--policy", "bundled", "--flow-steps", "3", "--threads", "1"])
-    _, runner, _ = eval_cli._env_and_runner(args)
+    _, runner, _ = env_and_runner("bundled", None, threads=1, flow_steps=3)
     try:
         assert runner.policy.action_head.flow_steps == 3
     finally:

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("vla_edge.demo", "closed-loop demo with the bundled model"),
     "collect": ("vla_edge.sim.collect", "record expert demonstrations (HDF5)"),
     "eval": ("vla_edge.sim.eval_cli", "closed-loop evaluation in virtual time"),
+    "sweep": ("vla_edge.sim.sweep", "a matrix of evaluations, locally or on Ray"),
     "train": ("vla_edge.policy.train", "train the VLA policy"),
     "import": ("vla_edge.archs.import_cli", "import a π0 / π0.5 checkpoint as a policy directory"),
     "export": ("vla_edge.export.cli", "export a checkpoint to ONNX / ExecuTorch"),
@@ -33,6 +34,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "faults": ("vla_edge.bench.fault_bench", "task success under a mild camera delay"),
     "loop": ("vla_edge.bench.arch_loop", "a random-weight imported model in the closed loop"),
     "quant": ("vla_edge.bench.quant_bench", "quantisation sensitivity per stage and layer group"),
+    "fleet": ("vla_edge.bench.fleet_bench", "the same episodes on local processes and on Ray"),
 }
 
 

@@ -7,10 +7,18 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
-from vla_edge.config.paths import config_path
+from vla_edge.config.models import DEFAULT_NOISE_SCALE
+from vla_edge.core.errors import ConfigError, VlaEdgeError
+from vla_edge.sim.episodes import (
+    Episode,
+    EvalJob,
+    ResultsStore,
+    make_pool,
+    open_store,
+    run_episodes,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,130 +63,96 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=1,
-        help="processes, each running whole tasks (results do not depend on the split)",
+        help="processes running the episodes (the CPUs of a local Ray instance); results "
+        "do not depend on the split",
+    )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run each episode as a Ray task: on the cluster at ADDRESS ('auto', host:port, "
+        "ray://...) or, without one, on a local instance of --workers CPUs",
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="append each finished episode here (JSON lines; default: the --json path with "
+        ".episodes.jsonl)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="skip the episodes the store already holds"
     )
 
 
-def _configs(args: argparse.Namespace) -> tuple[ControllerConfig, SafetyConfig]:
-    controller_cfg = load_node_params(
-        args.controller_config or config_path("controller.yaml"),
-        "controller_node",
-        ControllerConfig,
-    )
-    safety_cfg = load_node_params(
-        args.safety_config or config_path("safety.yaml"), "safety_node", SafetyConfig
-    )
-    return controller_cfg, safety_cfg
-
-
-def _settings(args: argparse.Namespace, controller_cfg: ControllerConfig):  # noqa: ANN202
-    from vla_edge.sim.evaluator import EvalSettings
-
-    return EvalSettings(
-        delay_s=args.delay_ms / 1e3,
-        merge=args.merge or controller_cfg.merge,
+def job_from_args(args: argparse.Namespace) -> EvalJob:
+    """The evaluation configuration the options describe (validated)."""
+    merge = args.merge
+    if merge is None:
+        merge = (
+            EvalJob(policy=args.policy, controller_config=args.controller_config).configs()[0].merge
+        )
+    job = EvalJob(
+        policy=args.policy,
+        suite=args.suite,
+        delay_ms=args.delay_ms,
+        merge=merge,
         scheme=args.scheme,
         replan_steps=args.replan_steps,
         instructions=args.instructions,
         noise_scale=args.noise_scale,
+        seed=args.seed,
+        image_size=args.image_size,
+        flow_steps=args.flow_steps,
+        threads=args.threads,
+        controller_config=args.controller_config,
+        safety_config=args.safety_config,
     )
+    job.settings()
+    job.configs()
+    return job
 
 
-def _env_and_runner(args: argparse.Namespace):  # noqa: ANN202 - (env, Runner, size)
-    """The tabletop env at the policy's image size and the runner for it."""
-    from vla_edge.runners.factory import make_runner
-    from vla_edge.sim.env import TabletopEnv
-
-    if args.image_size is None and args.policy != "expert":
-        runner = make_runner(args.policy, threads=args.threads, flow_steps=args.flow_steps)
-        size = (runner.spec.image_height, runner.spec.image_width)
-        env = TabletopEnv(image_height=size[0], image_width=size[1], cameras=runner.spec.cameras)
-        return env, runner, size
-    side = args.image_size or 64
-    env = TabletopEnv(image_height=side, image_width=side, cameras=["agentview", "wrist"])
-    runner = make_runner(args.policy, env=env, threads=args.threads, flow_steps=args.flow_steps)
-    return env, runner, (side, side)
+def store_path(args: argparse.Namespace) -> Path | None:
+    """``--store``, else the JSON's name with ``.episodes.jsonl``, else none."""
+    if args.store:
+        return Path(args.store)
+    if args.json:
+        return Path(args.json).with_suffix(".episodes.jsonl")
+    return None
 
 
-def _progress_printer(args: argparse.Namespace, total: int):  # noqa: ANN202
-    done = [0]
+def summarize_records(
+    job: EvalJob, names: list[str], episodes: int, records: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The eval JSON dict of one job's episodes (tasks and init states in order)."""
+    from vla_edge.sim.evaluator import EpisodeResult, scheme_merge, summarize
 
-    def progress(result) -> None:  # noqa: ANN001
-        done[0] += 1
-        if not args.quiet:
-            print(
-                f"[{done[0]}/{total}] {result.task} #{result.init_state_id}: "
-                f"{'success' if result.success else 'failure'} in {result.time_s:.1f}s",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    return progress
-
-
-def _task_worker(args: argparse.Namespace, task_name: str) -> dict:
-    """One worker process: every episode of one task (results as plain dicts)."""
-    from dataclasses import asdict
-
-    from vla_edge.sim.evaluator import controller_config_for, run_task
-    from vla_edge.sim.tasks import get_task
-
-    controller_cfg, safety_cfg = _configs(args)
-    settings = _settings(args, controller_cfg)
-    env, runner, size = _env_and_runner(args)
-    try:
-        results = run_task(
-            env,
-            runner,
-            get_task(task_name),
-            args.episodes,
-            settings,
-            controller_cfg,
-            safety_cfg,
-            args.seed,
-            Path(args.video) if args.video else None,
-            _progress_printer(args, args.episodes),
-        )
-        spec = runner.spec
-        merge = controller_config_for(
-            controller_cfg, settings, spec.chunk_horizon, spec.dt_action_s
-        ).merge
-    finally:
-        runner.close()
-    return {"results": [asdict(r) for r in results], "merge": merge, "size": list(size)}
-
-
-def _evaluate_in_workers(args: argparse.Namespace, names: list[str]) -> tuple[dict, list[int]]:
-    """Tasks spread over ``args.workers`` spawned processes; one eval JSON dict."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from vla_edge.sim.evaluator import EpisodeResult, summarize
-
-    controller_cfg, _ = _configs(args)
-    settings = _settings(args, controller_cfg)
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=args.workers, mp_context=context) as pool:
-        futures = {name: pool.submit(_task_worker, args, name) for name in names}
-        outputs = {name: future.result() for name, future in futures.items()}
-    by_task = {name: [EpisodeResult(**r) for r in out["results"]] for name, out in outputs.items()}
-    first = outputs[names[0]]
+    by_id = {(r["key"]["task"], r["key"]["init_state_id"]): r for r in records.values()}
+    by_task = {
+        name: [EpisodeResult(**by_id[name, i]["result"]) for i in range(episodes)] for name in names
+    }
+    settings = job.settings()
+    controller, _ = job.configs()
     result = summarize(
         by_task,
         settings,
-        controller_cfg,
-        first["merge"],
-        args.policy,
-        args.suite,
-        args.seed,
-        args.episodes,
+        controller,
+        scheme_merge(settings),
+        job.policy,
+        job.suite,
+        job.seed,
+        episodes,
     )
-    return result, first["size"]
+    first = next(iter(records.values()), None)
+    result["settings"]["image_size"] = first["image_size"] if first else None
+    result["settings"]["flow_steps"] = job.flow_steps
+    return result
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation and print / write the JSON."""
-    from vla_edge.sim.evaluator import evaluate
     from vla_edge.sim.tasks import get_task, list_tasks
 
     if args.suite != "tabletop":
@@ -205,30 +179,33 @@ def run(args: argparse.Namespace) -> int:
             bound = f"expected 1 <= K <= {MAX_FLOW_STEPS}"
             print(f"--flow-steps = {args.flow_steps}: {bound}", file=sys.stderr)
             return 2
-    controller_cfg, safety_cfg = _configs(args)
-    names = args.tasks or list_tasks()
-    tasks = [get_task(n) for n in names]
-    settings = _settings(args, controller_cfg)
+    try:
+        job = job_from_args(args)
+        names = args.tasks or list_tasks()
+        for name in names:
+            get_task(name)
+        path = store_path(args)
+        if args.resume and path is None:
+            raise ConfigError("--resume needs the store: pass --store or --json")
+        store = open_store(path, args.resume) if path else ResultsStore(None)
+        pool = make_pool(args.ray or None, args.ray is not None, args.workers, args.threads)
+    except VlaEdgeError as exc:
+        print(f"vla-edge eval: {exc}", file=sys.stderr)
+        return 2
+    episodes = [Episode(job, name, i) for name in names for i in range(args.episodes)]
     started = time.perf_counter()
-    if args.workers > 1 and len(tasks) > 1:
-        result, size = _evaluate_in_workers(args, names)
-    else:
-        env, runner, size = _env_and_runner(args)
-        result = evaluate(
-            env,
-            lambda _env: runner,
-            tasks,
-            args.episodes,
-            settings,
-            controller_cfg,
-            safety_cfg,
-            policy_name=args.policy,
-            suite=args.suite,
-            seed=args.seed,
-            video_dir=Path(args.video) if args.video else None,
-            progress=_progress_printer(args, len(tasks) * args.episodes),
-        )
-    result["settings"]["image_size"] = list(size)
+    try:
+        records = run_episodes(episodes, store, pool, video_dir=args.video, quiet=args.quiet)
+    except VlaEdgeError as exc:
+        print(f"vla-edge eval: {exc}", file=sys.stderr)
+        if path is not None:
+            print(f"vla-edge eval: {len(store)} episodes kept in {path}", file=sys.stderr)
+        return 1
+    finally:
+        pool.close()
+    result = summarize_records(job, names, args.episodes, records)
+    result["settings"]["pool"] = pool.name
+    result["settings"]["store"] = str(path) if path else None
     result["settings"]["workers"] = args.workers
     result["settings"]["flow_steps"] = args.flow_steps
     result["wall_time_s"] = time.perf_counter() - started

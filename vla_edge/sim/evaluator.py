@@ -101,6 +101,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def scheme_merge(settings: EvalSettings) -> str:
+    """The merge strategy a scheme runs with (ours: the configured one)."""
+    return {"async": settings.merge, "sync": "replace", "lerobot": "weighted"}[settings.scheme]
+
+
 def controller_config_for(
     base: ControllerConfig, settings: EvalSettings, horizon: int, dt_action_s: float
 ) -> ControllerConfig:
@@ -112,13 +117,10 @@ def controller_config_for(
         # Virtual-time delays are exact; the bound must admit the configured delay.
         "max_chunk_age_s": max(base.max_chunk_age_s, settings.delay_s + 2 * dt_action_s),
     }
-    if settings.scheme == "async":
-        update["merge"] = settings.merge
-    elif settings.scheme == "sync":
-        update["merge"] = "replace"
+    update["merge"] = scheme_merge(settings)
+    if settings.scheme == "sync":
         update["bridge_duration_s"] = 0.0
-    else:  # lerobot
-        update["merge"] = "weighted"
+    elif settings.scheme == "lerobot":
         update["weighted_old_weight"] = 0.3
         update["bridge_duration_s"] = 0.0  # LeRobot blends without a bridge
         update["infer_trigger"] = "threshold"
@@ -218,9 +220,13 @@ def run_episode(
     )
 
 
-def task_rng(seed: int, task_name: str) -> np.random.Generator:
-    """The noise generator of one task's episodes (same draws however tasks are split)."""
-    return np.random.default_rng((int(seed), zlib.crc32(task_name.encode())))
+def episode_rng(seed: int, task_name: str, init_state_id: int) -> np.random.Generator:
+    """The noise generator of one episode.
+
+    Its draws do not depend on which episodes ran before it or where (one process,
+    worker processes, Ray tasks on other machines).
+    """
+    return np.random.default_rng((int(seed), zlib.crc32(task_name.encode()), int(init_state_id)))
 
 
 def run_task(
@@ -236,7 +242,6 @@ def run_task(
     progress: Callable[[EpisodeResult], None] | None = None,
 ) -> list[EpisodeResult]:
     """Init states ``0 .. episodes - 1`` of one task."""
-    rng = task_rng(seed, task.name)
     results = []
     for init_state_id in range(episodes):
         frames: list[np.ndarray] | None = [] if video_dir is not None else None
@@ -248,7 +253,7 @@ def run_task(
             settings,
             controller_base,
             safety_config,
-            rng,
+            episode_rng(seed, task.name, init_state_id),
             video_frames=frames,
         )
         if video_dir is not None and frames:
@@ -302,10 +307,8 @@ def evaluate(
         )
         for task in tasks
     }
-    merge = controller_config_for(
-        controller_base, settings, runner.spec.chunk_horizon, runner.spec.dt_action_s
-    ).merge
     runner.close()
+    merge = scheme_merge(settings)
     return summarize(by_task, settings, controller_base, merge, policy_name, suite, seed, episodes)
 
 
