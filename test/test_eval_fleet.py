@@ -182,7 +182,7 @@ def test_ray_tasks_survive_a_killed_worker_and_count_each_episode_once(
 
 
 @pytest.mark.slow
-def test_eval_ray_writes_the_local_runs_json_and_resumes(tmp_path, local_ray, capsys) -> None:
+def test_eval_ray_writes_the_local_runs_json_and_resumes(tmp_path, local_ray) -> None:
     from vla_edge.cli import main as cli_main
 
     common = ["eval", "--policy", "expert", "--episodes", "1", "--quiet", "--image-size", "32"]
@@ -196,15 +196,15 @@ def test_eval_ray_writes_the_local_runs_json_and_resumes(tmp_path, local_ray, ca
     store = remote.with_suffix(".episodes.jsonl")
     assert len(store.read_text().splitlines()) == 2
     # the same command again must resume, not count the episodes twice
-    assert cli_main([*common, "--ray", "--json", str(remote)]) == 2
-    assert "--resume" in capsys.readouterr().err
+    with pytest.raises(ResultsStoreError, match="--resume"):
+        cli_main([*common, "--ray", "--json", str(remote)])
     assert cli_main([*common, "--ray", "--resume", "--json", str(remote)]) == 0
     assert json.loads(remote.read_text())["tasks"] == two["tasks"]
     assert len(store.read_text().splitlines()) == 2
 
 
-def test_resume_without_a_store_is_refused(capsys) -> None:
+def test_resume_without_a_store_is_refused() -> None:
     from vla_edge.cli import main as cli_main
 
-    assert cli_main(["eval", "--policy", "expert", "--episodes", "1", "--resume"]) == 2
-    assert "--resume needs the store" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--resume needs the store"):
+        cli_main(["eval", "--policy", "expert", "--episodes", "1", "--resume"])

@@ -39,8 +39,10 @@ ALLOWED: dict[str, set[str]] = {
     "actions": {"core", "config"},
     "export": {"core", "config", "policy", "archs"},
     "runners": {"core", "config", "policy", "archs", "actions", "export"},
+    # a sweep exports a checkpoint once per backend and quantisation recipe
     "sim": {
         *("core", "config", "control", "safety", "policy", "actions", "runners", "inference"),
+        "export",
     },
     # ROS-free: never nodes or bench (the ROS-level fault suite is nodes/fault_suite.py)
     "faults": {"core", "config", "control", "safety", "inference", "actions", "runners", "sim"},

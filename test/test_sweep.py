@@ -11,6 +11,7 @@ import yaml
 from vla_edge.config.paths import share_dir
 from vla_edge.core.errors import ConfigError
 from vla_edge.sim import sweep
+from vla_edge.sim.episodes import ResultsStoreError
 
 
 def _spec(tmp_path, **fields):
@@ -64,7 +65,7 @@ def test_torch_runs_one_recipe_and_an_export_runs_as_it_is(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_a_small_sweep_writes_its_tables_and_plots_and_resumes(tmp_path, capsys) -> None:
+def test_a_small_sweep_writes_its_tables_and_plots_and_resumes(tmp_path) -> None:
     from vla_edge.cli import main as cli_main
 
     spec = _spec(
@@ -95,8 +96,8 @@ def test_a_small_sweep_writes_its_tables_and_plots_and_resumes(tmp_path, capsys)
     store = out / "episodes.jsonl"
     assert len(store.read_text().splitlines()) == 8
     # the same sweep again must resume, and then has nothing left to run
-    assert cli_main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 2
-    assert "--resume" in capsys.readouterr().err
+    with pytest.raises(ResultsStoreError, match="--resume"):
+        cli_main(["sweep", str(spec), "--out", str(out), "--quiet"])
     assert cli_main(["sweep", str(spec), "--out", str(out), "--resume", "--quiet"]) == 0
     assert len(store.read_text().splitlines()) == 8
     assert json.loads((out / "sweep.json").read_text())["rows"] == report["rows"]

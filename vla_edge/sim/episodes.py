@@ -232,6 +232,11 @@ def env_and_runner(
     return env, runner, (side, side)
 
 
+def _runtime_key(job: EvalJob) -> tuple[Any, ...]:
+    """What a loaded simulator and runner depend on."""
+    return (job.policy, job.image_size, job.threads, job.flow_steps)
+
+
 def _release(loaded: tuple[Any, Any, tuple[int, int]]) -> None:
     env, runner, _ = loaded
     runner.close()
@@ -239,12 +244,25 @@ def _release(loaded: tuple[Any, Any, tuple[int, int]]) -> None:
 
 
 def _loaded(job: EvalJob) -> tuple[Any, Any, tuple[int, int]]:
-    key = (job.policy, job.image_size, job.threads, job.flow_steps)
+    key = _runtime_key(job)
     if key not in _LOADED:
         while len(_LOADED) >= MAX_RUNNERS_PER_WORKER:
             _release(_LOADED.pop(next(iter(_LOADED))))
         _LOADED[key] = env_and_runner(job.policy, job.image_size, job.threads, job.flow_steps)
     return _LOADED[key]
+
+
+def check_policy(job: EvalJob, keep: bool) -> None:
+    """Load ``job``'s policy here, so that a bad one raises before any episode runs.
+
+    ``keep``: leave it loaded for the episodes this process runs itself.
+
+    Raises:
+        ConfigError: and the other named errors of loading a policy.
+    """
+    _loaded(job)
+    if not keep:
+        _release(_LOADED.pop(_runtime_key(job)))
 
 
 def run_one(episode: Episode, video_dir: str | None = None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from vla_edge.sim.episodes import (
     Episode,
     EvalJob,
     ResultsStore,
+    check_policy,
     make_pool,
     open_store,
     run_episodes,
@@ -179,28 +180,25 @@ def run(args: argparse.Namespace) -> int:
             bound = f"expected 1 <= K <= {MAX_FLOW_STEPS}"
             print(f"--flow-steps = {args.flow_steps}: {bound}", file=sys.stderr)
             return 2
-    try:
-        job = job_from_args(args)
-        names = args.tasks or list_tasks()
-        for name in names:
-            get_task(name)
-        path = store_path(args)
-        if args.resume and path is None:
-            raise ConfigError("--resume needs the store: pass --store or --json")
-        store = open_store(path, args.resume) if path else ResultsStore(None)
-        pool = make_pool(args.ray or None, args.ray is not None, args.workers, args.threads)
-    except VlaEdgeError as exc:
-        print(f"vla-edge eval: {exc}", file=sys.stderr)
-        return 2
+    job = job_from_args(args)
+    names = args.tasks or list_tasks()
+    for name in names:
+        get_task(name)
+    path = store_path(args)
+    if args.resume and path is None:
+        raise ConfigError("--resume needs the store: pass --store or --json")
+    store = open_store(path, args.resume) if path else ResultsStore(None)
+    # a bad policy is a named error before any episode runs
+    check_policy(job, keep=args.workers == 1 and args.ray is None)
+    pool = make_pool(args.ray or None, args.ray is not None, args.workers, args.threads)
     episodes = [Episode(job, name, i) for name in names for i in range(args.episodes)]
     started = time.perf_counter()
     try:
         records = run_episodes(episodes, store, pool, video_dir=args.video, quiet=args.quiet)
-    except VlaEdgeError as exc:
-        print(f"vla-edge eval: {exc}", file=sys.stderr)
+    except VlaEdgeError:
         if path is not None:
             print(f"vla-edge eval: {len(store)} episodes kept in {path}", file=sys.stderr)
-        return 1
+        raise
     finally:
         pool.close()
     result = summarize_records(job, names, args.episodes, records)

@@ -46,6 +46,7 @@ from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.sim.episodes import (
     Episode,
     EvalJob,
+    check_policy,
     episode_key,
     key_id,
     make_pool,
@@ -340,18 +341,16 @@ def run(args: argparse.Namespace) -> int:
     from vla_edge.sim.tasks import list_tasks
 
     started = time.perf_counter()
-    try:
-        if args.workers < 1:
-            raise ConfigError(f"--workers = {args.workers}: must be >= 1")
-        spec = load_spec(args.spec)
-        args.out.mkdir(parents=True, exist_ok=True)
-        store = open_store(args.out / "episodes.jsonl", args.resume)
-        programs = {v: ensure_export(args.out, *v) for v in variants(spec)}
-        matrix = jobs(spec, programs)
-        pool = make_pool(args.ray or None, args.ray is not None, args.workers, spec.threads)
-    except VlaEdgeError as exc:
-        print(f"vla-edge sweep: {exc}", file=sys.stderr)
-        return 2
+    if args.workers < 1:
+        raise ConfigError(f"--workers = {args.workers}: must be >= 1")
+    spec = load_spec(args.spec)
+    args.out.mkdir(parents=True, exist_ok=True)
+    store = open_store(args.out / "episodes.jsonl", args.resume)
+    programs = {v: ensure_export(args.out, *v) for v in variants(spec)}
+    matrix = jobs(spec, programs)
+    for entry in matrix:
+        check_policy(entry["job"], keep=args.workers == 1 and args.ray is None)
+    pool = make_pool(args.ray or None, args.ray is not None, args.workers, spec.threads)
     tasks = spec.tasks or list_tasks()
     episodes = [
         Episode(entry["job"], task, i)
@@ -361,9 +360,9 @@ def run(args: argparse.Namespace) -> int:
     ]
     try:
         records = run_episodes(episodes, store, pool, quiet=args.quiet)
-    except VlaEdgeError as exc:
-        print(f"vla-edge sweep: {exc}; {len(store)} episodes kept: --resume", file=sys.stderr)
-        return 1
+    except VlaEdgeError:
+        print(f"vla-edge sweep: {len(store)} episodes kept: --resume", file=sys.stderr)
+        raise
     finally:
         pool.close()
     rows = []
