@@ -208,3 +208,18 @@ def test_resume_without_a_store_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="--resume needs the store"):
         cli_main(["eval", "--policy", "expert", "--episodes", "1", "--resume"])
+
+
+@pytest.mark.slow
+def test_bench_fleet_times_both_pools_on_the_same_episodes(tmp_path, local_ray) -> None:
+    from vla_edge.cli import main as cli_main
+
+    out = tmp_path / "fleet.json"
+    argv = ["bench", "fleet", "--policy", "expert", "--episodes", "2", "--workers", "2"]
+    assert cli_main([*argv, "--tasks", *TASKS, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [r["pool"] for r in report["rows"]] == ["local", "ray"]
+    assert all(r["episodes"] == 4 and r["wall_s"] > 0 for r in report["rows"])
+    summary = report["summary"]
+    assert summary["same_outcomes"] is True
+    assert summary["ray_vs_local_wall"] > 0 and summary["empty_task_round_trip_ms"] > 0
