@@ -444,6 +444,44 @@ def render_full_size(reports: Sequence[Json]) -> str:
     return table
 
 
+def render_fleet(reports: Sequence[Json]) -> str:
+    """The same episodes on local worker processes and as Ray tasks, side by side."""
+    rows = []
+    for report in reports:
+        summary = report["summary"]
+        for r in report["rows"]:
+            rows.append(
+                [
+                    r["pool"],
+                    str(r["round"]),
+                    _count(r["successes"], r["episodes"]),
+                    f"{r['wall_s']:.1f}",
+                    f"{r['wall_with_start_s']:.1f}" if "wall_with_start_s" in r else "–",
+                    f"{r['episode_wall_s_mean']:.2f}",
+                ]
+            )
+        rows.append(
+            [
+                "**Ray / local**",
+                "",
+                "same outcomes" if summary["same_outcomes"] else "**outcomes differ**",
+                f"{summary['ray_vs_local_wall']:.3f} (goal ≤ {summary['goal_ray_vs_local_max']})",
+                f"{summary['ray_with_start_vs_local_wall']:.3f}",
+                f"Ray overhead {summary['ray_overhead_per_episode_ms']:.0f} ms per episode; "
+                f"an empty task's round trip {summary['empty_task_round_trip_ms']:.1f} ms",
+            ]
+        )
+    header = [
+        "pool",
+        "round",
+        "successes",
+        "wall (s)",
+        "wall with starting Ray (s)",
+        "one episode's wall, mean (s)",
+    ]
+    return _table(header, rows)
+
+
 def render_loop(reports: Sequence[Json]) -> str:
     """A random-weight imported model in the closed loop: each run's figures and checks."""
     rows = []
@@ -886,6 +924,12 @@ TABLES: tuple[Table, ...] = (
         "`--variants torch,recipe:8da8w --seeds 1` had written into the same work directory "
         "beside the first run; vs torch: on the same seeds",
         render_quant,
+    ),
+    Table(
+        "fleet",
+        (_r("bench_fleet.json"),),
+        "`vla-edge bench fleet --policy bundled --episodes 10 --workers 2 --rounds 2 --json OUT`",
+        render_fleet,
     ),
     Table(
         "control",

@@ -398,7 +398,8 @@ class RayPool:
         pending = {task.remote(e): e for e in episodes}
         try:
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                # whatever finished within a second (one wait per episode is slow at 10⁴)
+                done, _ = ray.wait(list(pending), num_returns=min(len(pending), 64), timeout=1.0)
                 for ref in done:
                     episode = pending.pop(ref)
                     try:
