@@ -224,3 +224,10 @@ def test_bench_fleet_times_both_pools_on_the_same_episodes(tmp_path, local_ray) 
     summary = report["summary"]
     assert summary["same_outcomes"] is True
     assert summary["ray_vs_local_wall"] > 0 and summary["empty_task_round_trip_ms"] > 0
+
+
+def test_video_with_ray_is_refused_before_anything_runs(tmp_path) -> None:
+    from vla_edge.cli import main as cli_main
+
+    with pytest.raises(ConfigError, match="--video"):
+        cli_main(["eval", "--policy", "expert", "--ray", "--video", str(tmp_path)])

@@ -393,7 +393,7 @@ class RayPool:
         """Each episode's record as its task finishes."""
         ray = self._ray
         if video_dir:
-            raise ConfigError("--video writes where the episode runs: not with --ray")
+            raise ConfigError("--video writes where each episode runs: not with --ray")
         task = ray.remote(num_cpus=1, max_retries=RAY_RETRIES, retry_exceptions=False)(run_one)
         pending = {task.remote(e): e for e in episodes}
         try:

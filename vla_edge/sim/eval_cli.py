@@ -187,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     path = store_path(args)
     if args.resume and path is None:
         raise ConfigError("--resume needs the store: pass --store or --json")
+    if args.video and args.ray is not None:
+        raise ConfigError("--video writes where each episode runs: not with --ray")
     store = open_store(path, args.resume) if path else ResultsStore(None)
     # a bad policy is a named error before any episode runs
     check_policy(job, keep=args.workers == 1 and args.ray is None)
