@@ -905,6 +905,16 @@ TABLES: tuple[Table, ...] = (
         render_full_size,
     ),
     Table(
+        "recipes_smolvla",
+        (_r("bench_recipes_smolvla_full.json"),),
+        "`vla-edge bench latency --arch smolvla --size full --cameras 1 --threads 1,2 --backend "
+        "torch,executorch --variants executorch_fp32,executorch_8da4w,executorch_8da8w,"
+        "executorch_8da4w_head8 --json OUT`, stopped after 8da8w, then the same with `--resume "
+        "--variants executorch_fp32,executorch_8da4w,executorch_8da8w` and the ExecuTorch fp32 "
+        "rows removed (another process ran beside their first measurement)",
+        render_full_size,
+    ),
+    Table(
         "loop",
         (_r("bench_loop_smolvla_full.json"),),
         "`vla-edge bench loop --arch smolvla --size full --episodes 2 --duration-s 60 --reuse "
