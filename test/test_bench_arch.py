@@ -136,28 +136,18 @@ def test_a_small_pi0_through_eager_torch_and_onnx(tmp_path) -> None:
     assert row["variant"] == "onnx_fp32" and row["speed_vs_torch"] > 0
 
 
-@pytest.mark.slow
-def test_a_small_smolvla_under_a_mixed_recipe(tmp_path) -> None:
-    """A recipe variant: its bytes beside fp32's, its latency and its parity, in one run."""
-    out = tmp_path / "bench.json"
-    cmd = [
-        sys.executable, "-m", "vla_edge.cli", "bench", "latency", "--arch", "smolvla", "--size",
-        "small", "--cameras", "1", "--threads", "1", "--backend", "torch,executorch",
-        "--variants", "executorch_fp32,executorch_8da4w_head8", "--runs", "1",
-        "--json", str(out), "--work-dir", str(tmp_path / "work"),
-    ]  # fmt: skip
-    subprocess.run(cmd, check=True, timeout=900)
-    report = json.loads(out.read_text())
-    model = report["models"]["smolvla_small_1cam"]
-    fp32 = model["exports"]["executorch_fp32"]
-    mixed = model["exports"]["executorch_8da4w_head8"]
-    assert fp32["complete"] and mixed["complete"]
+def test_a_stage_exports_under_a_mixed_recipe(tmp_path) -> None:
+    """A recipe variant's worker: each stage gets the recipe's scheme for that stage."""
+    from vla_edge.bench import arch_worker
+
+    def export(recipe: str, stage: str) -> dict:
+        out = tmp_path / recipe
+        argv = ["export", "--arch", "pi0", "--size", "small", "--cameras", "1"]
+        argv += ["--backend", "executorch", "--quant", recipe, "--stage", stage]
+        assert arch_worker.main([*argv, "--out", str(out), "--threads", "1"]) == 0
+        return json.loads((out / f"{stage}.entry.json").read_text())
+
+    fp32 = export("fp32", "vision_encoder")
+    mixed = export("8da4w_head8", "vision_encoder")
+    assert (fp32["quant"], mixed["quant"]) == ("fp32", "8da4w")
     assert mixed["bytes"] < fp32["bytes"]
-    quants = {s: e["entry"]["quant"] for s, e in mixed["stages"].items()}
-    assert quants == {"vision_encoder": "8da4w", "fusion": "8da4w", "action_head": "8da8w"}
-    rows = {(r["backend"], r["quant"]): r for r in model["results"]}
-    assert rows["executorch", "8da4w_head8"]["ok"]
-    assert rows["executorch", "fp32"]["parity"]["rms_pct_of_range_max"] <= 0.1
-    assert 0 < rows["executorch", "8da4w_head8"]["parity"]["rms_pct_of_range_max"] <= 10
-    variants = {row["variant"] for row in report["summary"]["vs_torch"]}
-    assert variants == {"executorch_fp32", "executorch_8da4w_head8"}
