@@ -168,7 +168,7 @@ def test_ray_tasks_survive_a_killed_worker_and_count_each_episode_once(
 ) -> None:
     episodes = _episodes(per_task=3)
     store = KillingStore()
-    pool = RayPool(None, 2, threads=1)
+    pool = RayPool(None, 2)
     try:
         records = run_episodes(episodes, store, pool, quiet=True)
     finally:

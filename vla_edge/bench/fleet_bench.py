@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"round {round_index}: {name} ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             if name == "ray":
-                pool: Any = RayPool(None, args.workers, args.threads)
+                pool: Any = RayPool(None, args.workers)
                 started = time.perf_counter()
                 overhead = None
                 try:

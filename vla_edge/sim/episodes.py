@@ -21,6 +21,7 @@ or a pool process runs many), so an episode costs its own simulation only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -111,6 +112,7 @@ class Episode:
     init_state_id: int
 
 
+@functools.lru_cache(maxsize=16)
 def _file_sha(path: str | None, default: str) -> str:
     from vla_edge.config.paths import config_path
 
@@ -252,17 +254,18 @@ def _loaded(job: EvalJob) -> tuple[Any, Any, tuple[int, int]]:
     return _LOADED[key]
 
 
-def check_policy(job: EvalJob, keep: bool) -> None:
-    """Load ``job``'s policy here, so that a bad one raises before any episode runs.
+def check_policies(jobs: Iterable[EvalJob], keep: bool) -> None:
+    """Load each policy of ``jobs`` here once, so that a bad one raises before any episode.
 
-    ``keep``: leave it loaded for the episodes this process runs itself.
+    ``keep``: leave them loaded for the episodes this process runs itself.
 
     Raises:
         ConfigError: and the other named errors of loading a policy.
     """
-    _loaded(job)
-    if not keep:
-        _release(_LOADED.pop(_runtime_key(job)))
+    for key, job in {_runtime_key(job): job for job in jobs}.items():
+        _loaded(job)
+        if not keep:
+            _release(_LOADED.pop(key))
 
 
 def run_one(episode: Episode, video_dir: str | None = None) -> dict[str, Any]:
@@ -370,7 +373,7 @@ class RayPool:
 
     name = "ray"
 
-    def __init__(self, address: str | None, num_cpus: int, threads: int) -> None:
+    def __init__(self, address: str | None, num_cpus: int) -> None:
         try:
             import ray
         except ImportError as exc:  # pragma: no cover - ray is pinned in requirements
@@ -387,7 +390,6 @@ class RayPool:
                 ray.init(address=address, **options)
             else:
                 ray.init(num_cpus=num_cpus, **options)
-        self.threads = threads
 
     def run(self, episodes: list[Episode], video_dir: str | None) -> Iterator[dict[str, Any]]:
         """Each episode's record as its task finishes."""
@@ -428,11 +430,19 @@ def _name(episode: Episode) -> str:
     return f"episode {episode.task} #{episode.init_state_id}"
 
 
-def make_pool(ray_address: str | None, use_ray: bool, workers: int, threads: int) -> Any:
+def add_pool_arguments(parser: Any, workers_help: str, ray_help: str) -> None:
+    """``--workers N`` and ``--ray [ADDRESS]``: where the episodes run."""
+    parser.add_argument("--workers", type=int, default=1, help=workers_help)
+    parser.add_argument(
+        "--ray", nargs="?", const="", default=None, metavar="ADDRESS", help=ray_help
+    )
+
+
+def pool_from_args(args: Any) -> Any:
     """The pool ``--ray [ADDRESS]`` / ``--workers N`` ask for."""
-    if use_ray:
-        return RayPool(ray_address, max(workers, 1), threads)
-    return ProcessPool(workers) if workers > 1 else InlinePool()
+    if args.ray is not None:
+        return RayPool(args.ray or None, max(args.workers, 1))
+    return ProcessPool(args.workers) if args.workers > 1 else InlinePool()
 
 
 class Progress:
@@ -489,8 +499,6 @@ def run_episodes(
     try:
         if todo:
             for record in pool.run(todo, video_dir):
-                if record["key_id"] in store:  # a retried task whose first run got through
-                    continue
                 store.append(record)
                 progress.update(record)
     finally:

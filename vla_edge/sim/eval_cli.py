@@ -15,9 +15,10 @@ from vla_edge.sim.episodes import (
     Episode,
     EvalJob,
     ResultsStore,
-    check_policy,
-    make_pool,
+    add_pool_arguments,
+    check_policies,
     open_store,
+    pool_from_args,
     run_episodes,
 )
 
@@ -60,20 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--video", default=None, help="write one MP4 per episode into this dir")
     parser.add_argument("--quiet", action="store_true")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="processes running the episodes (the CPUs of a local Ray instance); results "
+    add_pool_arguments(
+        parser,
+        "processes running the episodes (the CPUs of a local Ray instance); results "
         "do not depend on the split",
-    )
-    parser.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="run each episode as a Ray task: on the cluster at ADDRESS ('auto', host:port, "
+        "run each episode as a Ray task: on the cluster at ADDRESS ('auto', host:port, "
         "ray://...) or, without one, on a local instance of --workers CPUs",
     )
     parser.add_argument(
@@ -191,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--video writes where each episode runs: not with --ray")
     store = open_store(path, args.resume) if path else ResultsStore(None)
     # a bad policy is a named error before any episode runs
-    check_policy(job, keep=args.workers == 1 and args.ray is None)
-    pool = make_pool(args.ray or None, args.ray is not None, args.workers, args.threads)
+    check_policies([job], keep=args.workers == 1 and args.ray is None)
+    pool = pool_from_args(args)
     episodes = [Episode(job, name, i) for name in names for i in range(args.episodes)]
     started = time.perf_counter()
     try:
@@ -207,7 +199,6 @@ def run(args: argparse.Namespace) -> int:
     result["settings"]["pool"] = pool.name
     result["settings"]["store"] = str(path) if path else None
     result["settings"]["workers"] = args.workers
-    result["settings"]["flow_steps"] = args.flow_steps
     result["wall_time_s"] = time.perf_counter() - started
     text = json.dumps(result, indent=2)
     if args.json:

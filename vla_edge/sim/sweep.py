@@ -46,11 +46,12 @@ from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.sim.episodes import (
     Episode,
     EvalJob,
-    check_policy,
+    add_pool_arguments,
+    check_policies,
     episode_key,
     key_id,
-    make_pool,
     open_store,
+    pool_from_args,
     run_episodes,
 )
 
@@ -280,8 +281,6 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for label, group in lines.items():
             group = sorted(group, key=lambda r: r["delay_ms"])
-            if len({r["seed"] for r in group}) > 1 and "seed" not in varying:
-                continue
             xs = [r["delay_ms"] for r in group]
             ys = [np.nan if r[field] is None else r[field] for r in group]
             if field == "success_rate":
@@ -323,14 +322,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the options of ``vla-edge sweep``."""
     parser.add_argument("spec", help="the sweep's YAML (see config/sweeps/)")
     parser.add_argument("--out", required=True, type=Path, help="results directory")
-    parser.add_argument("--workers", type=int, default=1, help="local processes (or Ray CPUs)")
-    parser.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="run the episodes as Ray tasks: on the cluster at ADDRESS, or a local instance",
+    add_pool_arguments(
+        parser,
+        "local processes (or Ray CPUs)",
+        "run the episodes as Ray tasks: on the cluster at ADDRESS, or a local instance",
     )
     parser.add_argument("--resume", action="store_true", help="continue OUT/episodes.jsonl")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -348,9 +343,8 @@ def run(args: argparse.Namespace) -> int:
     store = open_store(args.out / "episodes.jsonl", args.resume)
     programs = {v: ensure_export(args.out, *v) for v in variants(spec)}
     matrix = jobs(spec, programs)
-    for entry in matrix:
-        check_policy(entry["job"], keep=args.workers == 1 and args.ray is None)
-    pool = make_pool(args.ray or None, args.ray is not None, args.workers, spec.threads)
+    check_policies((e["job"] for e in matrix), keep=args.workers == 1 and args.ray is None)
+    pool = pool_from_args(args)
     tasks = spec.tasks or list_tasks()
     episodes = [
         Episode(entry["job"], task, i)
