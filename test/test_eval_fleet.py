@@ -24,6 +24,7 @@ from vla_edge.sim.episodes import (
     open_store,
     run_episodes,
 )
+from vla_edge.sim.evaluator import EvalSettings
 
 JOB = EvalJob(policy="expert", image_size=32, threads=1)
 TASKS = ("lift_green_block", "push_blue_block_to_target")
@@ -92,7 +93,7 @@ def test_an_episode_key_names_what_its_result_depends_on() -> None:
     assert base == key_id(episode_key(Episode(JOB, "lift_green_block", 3)))
     threads = EvalJob(policy="expert", image_size=32, threads=2)
     assert base == key_id(episode_key(Episode(threads, "lift_green_block", 3)))
-    delayed = EvalJob(policy="expert", image_size=32, threads=1, delay_ms=100.0)
+    delayed = EvalJob(policy="expert", settings=EvalSettings(delay_s=0.1), image_size=32, threads=1)
     others = [
         Episode(JOB, "lift_green_block", 4),
         Episode(JOB, "push_blue_block_to_target", 3),
@@ -100,7 +101,7 @@ def test_an_episode_key_names_what_its_result_depends_on() -> None:
     ]
     assert base not in {key_id(episode_key(e)) for e in others}
     with pytest.raises(ConfigError, match="scheme"):
-        EvalJob(policy="expert", scheme="fast").settings()
+        EvalJob(policy="expert", settings=EvalSettings(scheme="fast"))
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ def test_the_shipped_side_by_side_spec_is_the_schemes_by_merges_by_delays(tmp_pa
     labels = {(m["labels"]["scheme"], m["labels"]["merge"]) for m in matrix}
     assert ("sync", "replace") in labels and ("lerobot", "weighted") in labels
     assert {m for s, m in labels if s == "async"} == {"replace", "weighted", "ensemble", "prefix"}
-    assert {m["job"].delay_ms for m in matrix} == {0.0, 100.0, 200.0, 300.0}
+    assert {m["job"].settings.delay_s for m in matrix} == {0.0, 0.1, 0.2, 0.3}
 
 
 def test_torch_runs_one_recipe_and_an_export_runs_as_it_is(tmp_path) -> None:

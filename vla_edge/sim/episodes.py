@@ -29,12 +29,12 @@ import socket
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vla_edge.config.models import DEFAULT_NOISE_SCALE
 from vla_edge.core.errors import ConfigError, VlaEdgeError
+from vla_edge.sim.evaluator import EvalSettings
 
 MAX_RUNNERS_PER_WORKER = 2
 """Policies a worker keeps loaded (a sweep's episodes of other policies evict the oldest)."""
@@ -55,32 +55,15 @@ class EvalJob:
     """What the episodes of one evaluation configuration share."""
 
     policy: str
+    settings: EvalSettings = field(default_factory=EvalSettings)
+    """How the episodes run (scheme, merge, delay, instructions, noise; validated)."""
     suite: str = "tabletop"
-    delay_ms: float = 0.0
-    merge: str = "ensemble"
-    scheme: str = "async"
-    replan_steps: int = 5
-    instructions: str = "canonical"
-    noise_scale: float = DEFAULT_NOISE_SCALE
     seed: int = 0
     image_size: int | None = None
     flow_steps: int | None = None
     threads: int = 2
     controller_config: str | None = None
     safety_config: str | None = None
-
-    def settings(self) -> Any:
-        """The :class:`~vla_edge.sim.evaluator.EvalSettings` (validated)."""
-        from vla_edge.sim.evaluator import EvalSettings
-
-        return EvalSettings(
-            delay_s=self.delay_ms / 1e3,
-            merge=self.merge,
-            scheme=self.scheme,
-            replan_steps=self.replan_steps,
-            instructions=self.instructions,
-            noise_scale=self.noise_scale,
-        )
 
     def configs(self) -> tuple[Any, Any]:
         """The controller and safety configurations (the package's unless named)."""
@@ -99,8 +82,10 @@ class EvalJob:
         return controller, safety
 
     def fields(self) -> dict[str, Any]:
-        """The job as a plain dict (what a sweep's table shows)."""
-        return dataclasses.asdict(self)
+        """The job as one flat dict, the settings' fields among the job's (a sweep's table)."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del flat["settings"]
+        return {**flat, **dataclasses.asdict(self.settings)}
 
 
 @dataclass(frozen=True)
@@ -127,6 +112,7 @@ def episode_key(episode: Episode) -> dict[str, Any]:
     fields["controller_config"] = _file_sha(job.controller_config, "controller.yaml")
     fields["safety_config"] = _file_sha(job.safety_config, "safety.yaml")
     del fields["threads"]  # virtual time: the result does not depend on it
+    del fields["video_fps"]
     return {**fields, "task": episode.task, "init_state_id": episode.init_state_id}
 
 
@@ -284,7 +270,7 @@ def run_one(episode: Episode, video_dir: str | None = None) -> dict[str, Any]:
         runner,
         task,
         episode.init_state_id,
-        job.settings(),
+        job.settings,
         controller,
         safety,
         episode_rng(job.seed, task.name, episode.init_state_id),
@@ -297,7 +283,7 @@ def run_one(episode: Episode, video_dir: str | None = None) -> dict[str, Any]:
         write_mp4(
             Path(video_dir) / f"{task.name}_{episode.init_state_id:03d}_{tag}.mp4",
             frames,
-            fps=job.settings().video_fps,
+            fps=job.settings.video_fps,
         )
     key = episode_key(episode)
     return {

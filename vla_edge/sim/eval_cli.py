@@ -21,6 +21,7 @@ from vla_edge.sim.episodes import (
     pool_from_args,
     run_episodes,
 )
+from vla_edge.sim.evaluator import EvalSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,13 +89,15 @@ def job_from_args(args: argparse.Namespace) -> EvalJob:
         )
     job = EvalJob(
         policy=args.policy,
+        settings=EvalSettings(
+            delay_s=args.delay_ms / 1e3,
+            merge=merge,
+            scheme=args.scheme,
+            replan_steps=args.replan_steps,
+            instructions=args.instructions,
+            noise_scale=args.noise_scale,
+        ),
         suite=args.suite,
-        delay_ms=args.delay_ms,
-        merge=merge,
-        scheme=args.scheme,
-        replan_steps=args.replan_steps,
-        instructions=args.instructions,
-        noise_scale=args.noise_scale,
         seed=args.seed,
         image_size=args.image_size,
         flow_steps=args.flow_steps,
@@ -102,7 +105,6 @@ def job_from_args(args: argparse.Namespace) -> EvalJob:
         controller_config=args.controller_config,
         safety_config=args.safety_config,
     )
-    job.settings()
     job.configs()
     return job
 
@@ -126,7 +128,7 @@ def summarize_records(
     by_task = {
         name: [EpisodeResult(**by_id[name, i]["result"]) for i in range(episodes)] for name in names
     }
-    settings = job.settings()
+    settings = job.settings
     controller, _ = job.configs()
     result = summarize(
         by_task,

@@ -41,7 +41,7 @@ from vla_edge.sim.closed_loop import ClosedLoop, LoopSettings, SyncBroker
 SCHEMES = ("async", "sync", "lerobot")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalSettings:
     """How one evaluation is run (recorded in the JSON)."""
 

@@ -54,6 +54,7 @@ from vla_edge.sim.episodes import (
     pool_from_args,
     run_episodes,
 )
+from vla_edge.sim.evaluator import EvalSettings
 
 Backend = Literal["torch", "onnx", "executorch"]
 Scheme = Literal["async", "sync", "lerobot"]
@@ -167,17 +168,18 @@ def jobs(spec: SweepSpec, programs: dict[tuple[str, str, str], str]) -> list[dic
         extra = {} if spec.noise_scale is None else {"noise_scale": spec.noise_scale}
         job = EvalJob(
             policy=policy,
-            delay_ms=float(delay),
-            merge=merge,
-            scheme=scheme,
-            replan_steps=spec.replan_steps,
-            instructions=instructions,
+            settings=EvalSettings(
+                delay_s=delay / 1e3,
+                merge=merge,
+                scheme=scheme,
+                replan_steps=spec.replan_steps,
+                instructions=instructions,
+                **extra,
+            ),
             seed=seed,
             image_size=spec.image_size,
             threads=spec.threads,
-            **extra,
         )
-        job.settings()
         labels = {
             "policy": variant[0],
             "backend": variant[1],
