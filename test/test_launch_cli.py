@@ -37,12 +37,18 @@ def ros_env():
 
 
 def test_task_and_policy_become_parameter_overrides():
-    overrides = overrides_for("sim", "lift_red_block", "expert")
+    overrides = overrides_for("sim", "lift_green_block", "expert")
     assert overrides == {
-        "sim_node": {"task": "lift_red_block"},
+        "sim_node": {"task": "lift_green_block", "suite": "tabletop"},
         "inference_node": {"backend": "expert"},
     }
-    assert "sim_node" not in overrides_for("hil", "lift_red_block", None)
+    assert "sim_node" not in overrides_for("hil", "lift_green_block", None)
+    long = overrides_for("sim", "blue_on_plate_then_lift_green", None, sequencer=True)
+    assert long["sim_node"] == {
+        "task": "blue_on_plate_then_lift_green",
+        "suite": "tabletop_long",
+        "sequencer": True,
+    }
     assert overrides_for("sim", None, None, threads=1) == {"inference_node": {"threads": 1}}
 
 

@@ -48,7 +48,7 @@ def test_init_state_id_outside_the_evaluation_states_is_a_named_error(init_state
 
 
 def test_unknown_suite_is_a_config_error():
-    with pytest.raises(ConfigError, match="suite = 'libero'.*only 'tabletop'"):
+    with pytest.raises(ConfigError, match="suite = 'libero'.*expected one of"):
         check_task("libero", DEFAULT_TASK, 0)
 
 

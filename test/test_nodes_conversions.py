@@ -27,6 +27,7 @@ from vla_edge.nodes.conversions import (
     InstructionTooLongError,
     MissingJointError,
     NonFiniteJointStateError,
+    NonTextInstructionError,
     ZeroStampError,
     array_to_image,
     checked_stamp_s,
@@ -138,6 +139,21 @@ def test_empty_instruction_is_a_named_error():
     assert instruction_from_text("  pick it up ") == "pick it up"
     with pytest.raises(EmptyInstructionError, match="non-whitespace"):
         instruction_from_text("   ")
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("pick\x00up the block", "control characters"),
+        ("\x1b[2Jlift", "control characters"),
+        ("\u200b\u200b", "no visible character"),
+        ("\u0301", "no visible character"),
+    ],
+)
+def test_non_text_instruction_is_a_named_error(text: str, words: str) -> None:
+    with pytest.raises(NonTextInstructionError, match=words):
+        instruction_from_text(text)
+    assert instruction_from_text("put it\tin the bowl") == "put it\tin the bowl"
 
 
 def test_overlong_instruction_is_a_named_error():

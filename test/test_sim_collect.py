@@ -133,7 +133,7 @@ def test_add_targets_reads_a_recovery_episode_s_hand_over_layout(tmp_path):
     ("edit", "message"),
     [
         ({"split": None}, "init_state_id and split .* are missing"),  # no recorded start
-        ({"task": "task_1"}, "task = 'task_1' is not in suite"),  # data from elsewhere
+        ({"task": "task_1"}, "task = 'task_1' is in no suite"),  # data from elsewhere
         ({"init_state_id": -1}, "init_state_id = -1"),
         ({"scene_names": list(OBJECTS), "scene_xy": np.zeros((5, 2))}, r"lacks \['target'\]"),
         ({"scene_names": ["target"], "scene_xy": np.zeros((2, 2))}, r"scene_xy has shape \(2, 2\)"),

@@ -357,10 +357,17 @@ class SimConfig(_Strict):
     (``vla_edge.sim.tasks.check_task``), not this model.
     """
 
-    suite: str = Field("tabletop", description="task suite (only tabletop exists)")
+    suite: str = Field(
+        "tabletop", description="task suite: tabletop, tabletop_long or tabletop_switch"
+    )
     task: str = Field("pick_red_block_into_bowl", description="task of the suite the sim resets to")
     init_state_id: int = Field(
         0, ge=0, description="evaluation initial state of the task the sim resets to [index]"
+    )
+    sequencer: bool = Field(
+        False,
+        description="long-horizon tasks: publish one sub-task's instruction at a time, the "
+        "next when it succeeds (otherwise the whole instruction at once)",
     )
     image_height: int = Field(64, ge=8, le=2048, description="height of every camera image [px]")
     image_width: int = Field(64, ge=8, le=2048, description="width of every camera image [px]")

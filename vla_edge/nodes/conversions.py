@@ -9,6 +9,7 @@ the same (system) clock.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,6 +78,12 @@ class EmptyInstructionError(InvalidObservationError):
     """The instruction string is empty or only whitespace."""
 
     reason = "empty_instruction"
+
+
+class NonTextInstructionError(InvalidObservationError):
+    """An instruction with control characters, or no visible character at all."""
+
+    reason = "non_text_instruction"
 
 
 class InstructionTooLongError(InvalidObservationError):
@@ -252,10 +259,24 @@ def instruction_from_text(text: str) -> str:
     Raises:
         EmptyInstructionError: nothing but whitespace.
         InstructionTooLongError: more than :data:`MAX_INSTRUCTION_CHARS` characters.
+        NonTextInstructionError: a control character (other than whitespace), or only
+            invisible (zero-width, combining) characters.
     """
     stripped = text.strip()
     if not stripped:
         raise EmptyInstructionError(f"instruction = {text!r}: must contain non-whitespace text")
+    control = sorted(
+        {ch for ch in stripped if unicodedata.category(ch) == "Cc" and not ch.isspace()}
+    )
+    if control:
+        raise NonTextInstructionError(
+            f"instruction = {stripped[:40]!r}: holds control characters {control}; expected text"
+        )
+    if all(unicodedata.category(ch)[0] in "CZM" for ch in stripped):
+        raise NonTextInstructionError(
+            f"instruction = {stripped!r}: no visible character (only zero-width, space or "
+            "combining characters)"
+        )
     if len(stripped) > MAX_INSTRUCTION_CHARS:
         raise InstructionTooLongError(
             f"instruction of {len(stripped)} characters ({stripped[:40]!r}…): "

@@ -39,7 +39,7 @@ from vla_edge.nodes.graph import (
     policy_parameters,
 )
 from vla_edge.nodes.process_group import stop_all
-from vla_edge.sim.tasks import check_task
+from vla_edge.sim.tasks import check_task, suite_of
 
 STOP_TIMEOUT_S = 5.0
 # log lines shown for a node that needed more than SIGINT: its threads' stacks fit
@@ -188,19 +188,33 @@ def sim_task(profile: str, task: str | None) -> str | None:
     if profile != "sim":
         return task
     sim = load_node_params(graph("sim")[0].params_path(), "sim_node", SimConfig)
-    task = sim.task if task is None else task
-    check_task(sim.suite, task, sim.init_state_id)
+    if task is None:
+        check_task(sim.suite, sim.task, sim.init_state_id)
+        return sim.task
+    check_task(suite_of(task), task, sim.init_state_id)
     return task
 
 
 def overrides_for(
-    profile: str, task: str | None, policy: str | None, threads: int | None = None
+    profile: str,
+    task: str | None,
+    policy: str | None,
+    threads: int | None = None,
+    sequencer: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Parameter overrides implied by ``--task``, ``--policy`` and ``--threads``."""
+    """Parameter overrides implied by the options.
+
+    ``--task`` sets the sim's task and its suite, ``--sequencer`` the sim's
+    sequencer, ``--policy`` and ``--threads`` the inference node's.
+    """
     overrides: dict[str, dict[str, Any]] = {}
     names = {spec.name for spec in graph(profile)}
-    if task and "sim_node" in names:
-        overrides["sim_node"] = {"task": task}
+    if "sim_node" in names:
+        sim: dict[str, Any] = {"task": task, "suite": suite_of(task)} if task else {}
+        if sequencer:
+            sim["sequencer"] = True
+        if sim:
+            overrides["sim_node"] = sim
     if "inference_node" in names:
         inference: dict[str, Any] = policy_parameters(policy) if policy else {}
         if threads is not None:
@@ -437,6 +451,7 @@ def run_graph(
     log_dir: Path = Path("out/launch"),
     announce: Any = print,
     namespace: str = "",
+    sequencer: bool = False,
 ) -> tuple[dict[str, Any], Monitor | None, dict[str, int]]:
     """Start the graph, watch it for ``duration_s`` (or until success), stop it.
 
@@ -458,7 +473,7 @@ def run_graph(
     task = sim_task(profile, task)
     processes = GraphProcesses(
         profile,
-        overrides_for(profile, task, policy, threads),
+        overrides_for(profile, task, policy, threads, sequencer),
         log_dir=log_dir,
         namespace=namespace,
     )
@@ -542,7 +557,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("profile", choices=PROFILES, help="which graph to start")
     parser.add_argument("--duration", type=float, default=None, help="stop after S seconds")
     parser.add_argument("--json", type=Path, default=None, help="write the run's metrics here")
-    parser.add_argument("--task", default=None, help="sim task (default: config/sim.yaml)")
+    parser.add_argument(
+        "--task", default=None, help="sim task of any suite (default: config/sim.yaml)"
+    )
+    parser.add_argument(
+        "--sequencer",
+        action="store_true",
+        help="long-horizon task: the sim publishes one sub-task's instruction at a time",
+    )
     parser.add_argument(
         "--policy", default=None, help="expert | bundled | checkpoint | export dir | ws://…"
     )
@@ -581,6 +603,7 @@ def run(args: argparse.Namespace) -> int:
             stop_on_success=args.stop_on_success,
             log_dir=args.log_dir,
             namespace=args.namespace,
+            sequencer=args.sequencer,
         )
     except KeyboardInterrupt:
         return 130

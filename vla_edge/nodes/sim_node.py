@@ -54,7 +54,7 @@ from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import declare_config
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
-from vla_edge.sim.tasks import check_task
+from vla_edge.sim.tasks import active_task, check_task, is_success, sub_tasks
 
 DIAGNOSTIC_NAME = "vla_edge/sim"
 # Parameters read again on each ``~/reset`` (writable); the others are read at start.
@@ -108,6 +108,9 @@ class SimNode(Node):
         self.steps = 0
         self.late_steps = 0
         self.success = False
+        self.subtasks_done = 0
+        self.instruction = ""
+        self.instruction_changes = 0
         self.commands = 0
         self.targets: np.ndarray | None = None  # set by the first reset
 
@@ -191,7 +194,9 @@ class SimNode(Node):
         self.targets = self.env.state()
         self.episode += 1
         self.success = False
-        self.instruction_pub.publish(String(data=self.env.instruction))
+        self.subtasks_done = 0
+        self.instruction = ""
+        self._follow_task()
         self.success_pub.publish(Bool(data=False))
         self.get_logger().info(
             f"episode {self.episode}: task {task!r}, init state {init_state_id}: "
@@ -333,6 +338,19 @@ class SimNode(Node):
             self.get_logger().info(f"task success after {self.steps * self.control_dt_s:.1f} s")
         self.success = self.success or success
         self.success_pub.publish(Bool(data=success))
+        self._follow_task()
+
+    def _follow_task(self) -> None:
+        """Publish the instruction in force when it changes (a switch, the sequencer's next)."""
+        task, subs = self.env.task, sub_tasks(self.env.task)
+        if self.config.sequencer and self.subtasks_done + 1 < len(subs):
+            self.subtasks_done += int(is_success(subs[self.subtasks_done], self.env.scene_state()))
+        active = active_task(task, self.env.time_s, self.subtasks_done, self.config.sequencer)
+        if active.instruction != self.instruction:
+            self.instruction_changes += int(bool(self.instruction))  # not the episode's first
+            self.instruction = self.env.instruction = active.instruction
+            self.instruction_pub.publish(String(data=self.instruction))
+            self.get_logger().info(f"instruction: {self.instruction!r}")
 
     # --- diagnostics ----------------------------------------------------------------------
 
@@ -354,6 +372,8 @@ class SimNode(Node):
             "late_steps_dropped": self.late_steps,
             "commands_received": self.commands,
             "success": int(self.success),
+            "subtasks_done": self.subtasks_done,
+            "instruction_changes": self.instruction_changes,
             "penetrating_contacts": self.env.penetrating_contacts(),
             "loop_scheduler": self.loop.scheduler,
             "process_scheduler": self.process_scheduler,

@@ -356,6 +356,8 @@ class Tick:
     safe: np.ndarray
     arrived: bool
     """A chunk was accepted by the controller this tick."""
+    arrived_instruction: str | None = None
+    """The instruction the accepted chunk was computed from."""
 
 
 class ClosedLoop:
@@ -411,6 +413,7 @@ class ClosedLoop:
         self.observations = self._observation_path()
         self.last_joint_state: np.ndarray | None = obs.state.copy()
         self.pending: tuple[float, ActionChunk] | None = None
+        self._pending_instruction = ""
         self.accepted = 0
         self.rejected = 0
         self.runner_refused = 0
@@ -421,6 +424,19 @@ class ClosedLoop:
         self._estop_was_pressed = False
         self._next_frame_s = 0.0
         return obs
+
+    def set_instruction(self, instruction: str) -> None:
+        """A new instruction, as on the inference node's topic: the next inference uses it.
+
+        A chunk already in flight still arrives (it was computed from the old one);
+        the controller joins the new chunk to the motion in progress as it joins any.
+        """
+        self.instruction = instruction
+        self.env.instruction = instruction
+        if isinstance(self.observations, OnRequestCamera):
+            self.observations.instruction = instruction
+        elif self.observations is not None:
+            self.observations.slot.put_instruction(instruction)
 
     # --- one tick ---------------------------------------------------------------------------
 
@@ -472,7 +488,15 @@ class ClosedLoop:
             self.safety.filter(command, clock) if command is not None else self.safety.hold(clock)
         )
         env.step(safe)
-        return Tick(t, clock, measured, command, np.asarray(safe, dtype=np.float64), arrived)
+        return Tick(
+            t,
+            clock,
+            measured,
+            command,
+            np.asarray(safe, dtype=np.float64),
+            arrived,
+            self._pending_instruction if arrived else None,
+        )
 
     def _capture(self, t: float, clock: float, measured: np.ndarray) -> list[Observation]:
         """The frames the cameras deliver this tick, one per camera every ``camera_period_s``.
@@ -571,6 +595,7 @@ class ClosedLoop:
         self.inference_wall_ms.append((time.perf_counter() - start) * 1e3)
         if chunk is not None:
             self.pending = (t + self.faults.inference_delay_s(self.settings.delay_s, t), chunk)
+            self._pending_instruction = obs.instruction
 
     def _observation_path(self) -> OnRequestCamera | StreamingCameras:
         """A fresh inference node's observations (at start and on a respawn)."""

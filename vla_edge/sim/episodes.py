@@ -113,6 +113,8 @@ def episode_key(episode: Episode) -> dict[str, Any]:
     fields["safety_config"] = _file_sha(job.safety_config, "safety.yaml")
     del fields["threads"]  # virtual time: the result does not depend on it
     del fields["video_fps"]
+    if not fields["sequencer"]:  # added later: stores written before it keep their keys
+        del fields["sequencer"]
     return {**fields, "task": episode.task, "init_state_id": episode.init_state_id}
 
 

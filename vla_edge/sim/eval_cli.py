@@ -29,7 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--policy", default="expert", help="expert | bundled | CKPT.pt | EXPORT_DIR | ws://…"
     )
-    parser.add_argument("--suite", default="tabletop")
+    parser.add_argument(
+        "--suite",
+        default="tabletop",
+        choices=["tabletop", "tabletop_long", "tabletop_switch"],
+        help="single tasks, long-horizon sequences, or instruction switches",
+    )
     parser.add_argument(
         "--episodes", type=int, default=50, help="init states per task (ids 0..N-1)"
     )
@@ -42,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheme", default="async", choices=["async", "sync", "lerobot"])
     parser.add_argument("--replan-steps", type=int, default=5, help="sync scheme: steps per chunk")
     parser.add_argument("--instructions", default="canonical", choices=["canonical", "paraphrase"])
+    parser.add_argument(
+        "--sequencer",
+        action="store_true",
+        help="long-horizon tasks: one sub-task's instruction at a time, the next when it succeeds",
+    )
     parser.add_argument(
         "--noise-scale",
         type=float,
@@ -96,6 +106,7 @@ def job_from_args(args: argparse.Namespace) -> EvalJob:
             replan_steps=args.replan_steps,
             instructions=args.instructions,
             noise_scale=args.noise_scale,
+            sequencer=args.sequencer,
         ),
         suite=args.suite,
         seed=args.seed,
@@ -148,13 +159,10 @@ def summarize_records(
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation and print / write the JSON."""
-    from vla_edge.sim.tasks import get_task, list_tasks
+    from vla_edge.sim.tasks import check_task, list_tasks
 
-    if args.suite != "tabletop":
-        print(f"unknown suite {args.suite!r}: expected 'tabletop'", file=sys.stderr)
-        return 2
     if args.list_tasks:
-        for name in list_tasks():
+        for name in list_tasks(args.suite):
             print(name)
         return 0
     if args.workers < 1:
@@ -175,9 +183,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"--flow-steps = {args.flow_steps}: {bound}", file=sys.stderr)
             return 2
     job = job_from_args(args)
-    names = args.tasks or list_tasks()
+    names = args.tasks or list_tasks(args.suite)
     for name in names:
-        get_task(name)
+        check_task(args.suite, name, 0)
     path = store_path(args)
     if args.resume and path is None:
         raise ConfigError("--resume needs the store: pass --store or --json")

@@ -37,6 +37,7 @@ from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, Safety
 from vla_edge.core.errors import ConfigError
 from vla_edge.runners.base import Runner
 from vla_edge.sim.closed_loop import ClosedLoop, LoopSettings, SyncBroker
+from vla_edge.sim.tasks import Task, active_task, is_success, sub_tasks
 
 SCHEMES = ("async", "sync", "lerobot")
 
@@ -52,6 +53,9 @@ class EvalSettings:
     instructions: str = "canonical"
     noise_scale: float = DEFAULT_NOISE_SCALE
     """Standard deviation of the flow-matching start noise (1.0: as trained)."""
+    sequencer: bool = False
+    """Give a long-horizon task one sub-task's instruction at a time, the next when the
+    previous one succeeds (the re-planning path); otherwise its whole instruction at once."""
     success_check_period_s: float = 0.1
     settle_s: float = 0.3
     video_fps: float = 10.0
@@ -85,6 +89,11 @@ class EpisodeResult:
     hold_ticks: int
     penetrating_contacts: int
     max_boundary_velocity_jump: float
+    instruction_changes: int = 0
+    switch_boundary_velocity_jump: float = 0.0
+    """Largest velocity change where the first chunk of a new instruction joined the motion."""
+    subtasks_done: int = 0
+    """Sub-tasks whose predicate holds at the end (1 for a single task that succeeded)."""
     safety_counters: dict[str, int] = field(default_factory=dict)
     controller_counters: dict[str, int] = field(default_factory=dict)
     inference_ms: list[float] = field(default_factory=list)
@@ -158,11 +167,16 @@ def run_episode(
     rng: np.random.Generator,
     video_frames: list[np.ndarray] | None = None,
 ) -> EpisodeResult:
-    """Run one episode of ``task`` from ``init_state_id``; return its outcome."""
-    instruction = (
-        task.instruction
-        if settings.instructions == "canonical"
-        else task.paraphrases[init_state_id % len(task.paraphrases)]
+    """Run one episode of ``task`` from ``init_state_id``; return its outcome.
+
+    The instruction follows the task: a ``switch`` task's changes at its switch
+    time, and with ``settings.sequencer`` a ``sequence``'s advances to the next
+    sub-task when the current one holds (checked with the success predicate).
+    """
+    subs = sub_tasks(task)
+    done = 0
+    instruction = _instruction(
+        active_task(task, 0.0, done, settings.sequencer), settings, init_state_id
     )
     spec = runner.spec
     cfg = controller_config_for(controller_base, settings, spec.chunk_horizon, spec.dt_action_s)
@@ -172,21 +186,36 @@ def run_episode(
 
     hold_ticks = 0
     raw_commands: list[np.ndarray] = []
-    boundary_jump = 0.0
+    boundary_jump = switch_jump = 0.0
+    changes = 0
+    awaiting_new_chunk = False
     budget_s = float(task.max_duration_s)
     success = False
     next_success_check_s = 0.0
     next_frame_s = 0.0
     last_arrival_tick: int | None = None
+    switch_arrival_tick: int | None = None
     tick = 0
     while env.time_s < budget_s:
+        wanted = _instruction(
+            active_task(task, env.time_s, done, settings.sequencer), settings, init_state_id
+        )
+        if wanted != loop.instruction:
+            loop.set_instruction(wanted)
+            changes += 1
+            awaiting_new_chunk = True
         step = loop.tick()
         if step.arrived:
             last_arrival_tick = tick
+            if awaiting_new_chunk and step.arrived_instruction == loop.instruction:
+                switch_arrival_tick, awaiting_new_chunk = tick, False
         command = step.command.positions if step.command is not None else step.safe
         raw_commands.append(np.asarray(command, dtype=np.float64).copy())
         if last_arrival_tick is not None and tick == last_arrival_tick + 1:
-            boundary_jump = max(boundary_jump, _boundary_jump(raw_commands, tick, period_s))
+            jump = _boundary_jump(raw_commands, tick, period_s)
+            boundary_jump = max(boundary_jump, jump)
+            if switch_arrival_tick == last_arrival_tick:
+                switch_jump = max(switch_jump, jump)
         if loop.controller is not None and loop.controller.core.holding:
             hold_ticks += 1
         tick += 1
@@ -201,6 +230,8 @@ def run_episode(
             if env.success():
                 success = True
                 break
+            if settings.sequencer and done + 1 < len(subs):
+                done += int(is_success(subs[done], env.scene_state()))
 
     controller = loop.controller
     return EpisodeResult(
@@ -214,10 +245,20 @@ def run_episode(
         hold_ticks=hold_ticks,
         penetrating_contacts=int(env.penetrating_contacts()),
         max_boundary_velocity_jump=boundary_jump,
+        instruction_changes=changes,
+        switch_boundary_velocity_jump=switch_jump,
+        subtasks_done=sum(is_success(sub, env.scene_state()) for sub in subs),
         safety_counters=dict(loop.safety.counters),
         controller_counters=dict(controller.core.counters) if controller is not None else {},
         inference_ms=loop.inference_wall_ms,
     )
+
+
+def _instruction(task: Task, settings: EvalSettings, init_state_id: int) -> str:
+    """``task``'s canonical instruction, or one of its paraphrases (by init state)."""
+    if settings.instructions == "canonical":
+        return task.instruction
+    return task.paraphrases[init_state_id % len(task.paraphrases)]
 
 
 def episode_rng(seed: int, task_name: str, init_state_id: int) -> np.random.Generator:
@@ -341,6 +382,12 @@ def summarize(
                 (r.max_boundary_velocity_jump for r in results), default=0.0
             ),
             "penetrating_contacts": sum(r.penetrating_contacts for r in results),
+            "mean_subtasks_done": (
+                float(np.mean([r.subtasks_done for r in results])) if results else 0.0
+            ),
+            "max_switch_boundary_velocity_jump": max(
+                (r.switch_boundary_velocity_jump for r in results), default=0.0
+            ),
         }
         all_results.extend(results)
     safety_totals: dict[str, int] = {}
@@ -377,6 +424,7 @@ def summarize(
             "scheme": settings.scheme,
             "replan_steps": settings.replan_steps if settings.scheme == "sync" else None,
             "instructions": settings.instructions,
+            "sequencer": settings.sequencer,
             "noise_scale": settings.noise_scale,
             "episodes_per_task": episodes,
             "seed": seed,

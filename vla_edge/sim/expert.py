@@ -9,6 +9,11 @@ or an unfinished task after the last segment restarts the plan from the
 commanded pose. :meth:`ScriptedExpert.take_over` anchors a plan mid-episode
 (after another policy drove the arm): no start dwell, and an object already
 in the fingers is carried on instead of being grasped again.
+
+A long-horizon task is planned one sub-task at a time: when a sub-task holds
+and its plan has ended (the hand has retreated), the expert takes over for
+the next one. On a ``switch`` task it takes over for the second task at the
+switch time, wherever the first one had got to.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from vla_edge.sim.tasks import (
     SceneState,
     Task,
     is_success,
+    sub_tasks,
 )
 
 SPEED_M_PER_S = 0.12
@@ -147,7 +153,16 @@ class ScriptedExpert:
         self.horizon = int(horizon)
         self.ik = ArmIK(env.model)
         self._episode = -1
+        self._stage = 0
         self.replans = 0
+
+    @property
+    def task(self) -> Task:
+        """The task planned now: the env's, or the current sub-task of a sequence or switch."""
+        subs = sub_tasks(self.env.task)
+        if self._episode != self.env.episode_index:
+            return subs[0]
+        return subs[min(self._stage, len(subs) - 1)]
 
     # ----------------------------------------------------------------- state
     def reset(self) -> None:
@@ -166,6 +181,7 @@ class ScriptedExpert:
         self._origin_vel = np.zeros(3)
         self._dwell = True
         self._holding = False
+        self._stage = 0
         self.replans = 0
 
     def take_over(self) -> None:
@@ -176,16 +192,18 @@ class ScriptedExpert:
         When the task's object is already between the fingers it is lifted and
         carried on instead (after a 0.3 s settle).
         """
+        stage = self._stage
         self.reset()
+        self._stage = stage
         self._dwell = False
         self._origin_vel = self.env.ee_velocity()
         scene = self.env.scene_state()
-        self._holding = self.env.task.kind != "push" and self._held(scene)
+        self._holding = self.task.kind != "push" and self._held(scene)
 
     def _near(self, scene: SceneState) -> bool:
         """Whether the task's object is within ``HELD_RADIUS_M`` of the pinch point."""
         ee_pos, _ = self.env.ee_pose()
-        return float(np.linalg.norm(scene.positions_m[self.env.task.obj] - ee_pos)) < HELD_RADIUS_M
+        return float(np.linalg.norm(scene.positions_m[self.task.obj] - ee_pos)) < HELD_RADIUS_M
 
     def _held(self, scene: SceneState) -> bool:
         closed = float(self.env.state()[6]) < 2.0 * BLOCK_HALF_M + HELD_GRIP_SLACK_M
@@ -205,7 +223,7 @@ class ScriptedExpert:
     def plan(self, scene: SceneState | None = None) -> list[Segment]:
         """The segments of the current plan, from the current object poses."""
         scene = scene if scene is not None else self.env.scene_state()
-        task = self.env.task
+        task = self.task
         builder = _Builder(
             self._origin_s,
             self._origin_pos,
@@ -319,14 +337,32 @@ class ScriptedExpert:
         elif self._grasp_lock is None:
             self._grasp_lock = self._grasp(task, scene, self._origin_yaw)
 
+    def _next_stage(self, t_s: float, scene: SceneState) -> bool:
+        """Move on to the next sub-task of a sequence or switch; True if it did."""
+        task = self.env.task
+        if task.kind == "switch":
+            stage = int(t_s >= float(task.switch_at_s or 0.0))
+        elif task.kind == "sequence":
+            subs, stage = sub_tasks(task), self._stage
+            if stage + 1 < len(subs) and t_s >= self._end_s and is_success(subs[stage], scene):
+                stage += 1
+        else:
+            return False
+        moved = stage != self._stage
+        self._stage = stage
+        return moved
+
     # ---------------------------------------------------------------- chunks
     def targets(self, t_s: float) -> np.ndarray:
         """``[H, 7]`` targets for ``t_s + i * dt_action_s`` from the current state."""
         if self._episode != self.env.episode_index:
             self.reset()
-        task = self.env.task
         scene = self.env.scene_state()
         self.plan(scene)
+        if self._next_stage(t_s, scene):
+            self.take_over()
+            self.plan(scene)
+        task = self.task
         self._lock(task, scene, t_s)
         segments = self.plan(scene)
         held = self._near(scene)

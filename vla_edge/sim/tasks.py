@@ -1,10 +1,21 @@
-"""The ``tabletop`` task suite: instructions, fixed initial states, success predicates.
+"""The task suites: instructions, fixed initial states, success predicates.
 
 All tasks share one scene (three blocks, a bowl, a plate, a target region);
 only the instruction tells them apart, as in LIBERO-Goal. Each task has a
 canonical instruction (used for training) and paraphrases (held out), 50
 reproducibly generated evaluation initial states, a separate unbounded range
 of training initial states, a time budget and a predicate on object poses.
+
+Three suites:
+
+* ``tabletop``: six single tasks (pick and place, stack, push, lift), the
+  training suite.
+* ``tabletop_long``: long-horizon tasks in the style of LIBERO-10, two or three
+  ``tabletop`` tasks in sequence in one scene; success only when every
+  sub-task holds at the end. The whole instruction can be given at once, or a
+  sequencer sends each sub-task's instruction when the previous one succeeds.
+* ``tabletop_switch``: the instruction changes at a set time (``switch_at_s``):
+  the episode starts on the first task and is judged on the second.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ import numpy as np
 from vla_edge.core.errors import ConfigError, InitStateOutOfRangeError, UnknownTaskError
 
 SUITE = "tabletop"
+LONG_SUITE = "tabletop_long"
+SWITCH_SUITE = "tabletop_switch"
 N_EVAL_INIT_STATES = 50
 N_TRAIN_INIT_STATES = 100_000_000
 Split = Literal["eval", "train"]
@@ -53,7 +66,7 @@ _KEEP_OUT_M = {
     "target": 0.05,
 }
 
-TaskKind = Literal["place_in", "place_on", "stack", "push", "lift"]
+TaskKind = Literal["place_in", "place_on", "stack", "push", "lift", "sequence", "switch"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,9 @@ class Task:
         ref: the reference object or region (``bowl``, ``plate``, ``green_block``,
             ``target``), ``None`` for lifting.
         budget_s: time allowed for an episode.
+        parts: a ``sequence``'s sub-tasks in order; a ``switch``'s first task and
+            the task that replaces it (``tabletop`` task names).
+        switch_at_s: when a ``switch`` task's instruction changes.
     """
 
     name: str
@@ -78,6 +94,8 @@ class Task:
     obj: str
     ref: str | None
     budget_s: float
+    parts: tuple[str, ...] = ()
+    switch_at_s: float | None = None
 
     @property
     def max_duration_s(self) -> float:
@@ -174,23 +192,154 @@ TASKS: dict[str, Task] = {
 }
 
 
-def list_tasks() -> list[str]:
-    """Task names of the suite, in a fixed order."""
-    return list(TASKS)
+def _then(texts: tuple[str, ...]) -> str:
+    return ", then ".join(texts)
+
+
+def _sequence(name: str, parts: tuple[str, ...]) -> Task:
+    """Sub-tasks in order: the instruction joins theirs; success needs every one at the end."""
+    subs = [TASKS[p] for p in parts]
+    return Task(
+        name,
+        _then(tuple(t.instruction for t in subs)),
+        tuple(_then(tuple(t.paraphrases[i] for t in subs)) for i in range(3)),
+        "sequence",
+        subs[-1].obj,
+        subs[-1].ref,
+        sum(t.budget_s for t in subs),
+        parts=parts,
+    )
+
+
+def _switch(name: str, first: str, then: str, at_s: float) -> Task:
+    """``first``'s instruction until ``at_s``, then ``then``'s; judged on ``then``."""
+    new = TASKS[then]
+    return Task(
+        name,
+        new.instruction,
+        new.paraphrases,
+        "switch",
+        new.obj,
+        new.ref,
+        at_s + new.budget_s,
+        parts=(first, then),
+        switch_at_s=at_s,
+    )
+
+
+LONG_TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        _sequence(
+            "red_in_bowl_then_blue_on_plate",
+            ("pick_red_block_into_bowl", "put_blue_block_on_plate"),
+        ),
+        _sequence(
+            "blue_on_plate_then_green_in_bowl",
+            ("put_blue_block_on_plate", "pick_green_block_into_bowl"),
+        ),
+        _sequence(
+            "stack_red_on_green_then_blue_on_plate",
+            ("stack_red_on_green", "put_blue_block_on_plate"),
+        ),
+        _sequence("blue_on_plate_then_lift_green", ("put_blue_block_on_plate", "lift_green_block")),
+        _sequence(
+            "red_in_bowl_blue_on_plate_lift_green",
+            ("pick_red_block_into_bowl", "put_blue_block_on_plate", "lift_green_block"),
+        ),
+    )
+}
+
+SWITCH_TASKS: dict[str, Task] = {
+    t.name: t
+    for t in (
+        _switch(
+            "switch_red_bowl_to_lift_green", "pick_red_block_into_bowl", "lift_green_block", 3.0
+        ),
+        _switch(
+            "switch_blue_plate_to_red_bowl",
+            "put_blue_block_on_plate",
+            "pick_red_block_into_bowl",
+            3.0,
+        ),
+        _switch(
+            "switch_lift_green_to_blue_plate", "lift_green_block", "put_blue_block_on_plate", 2.0
+        ),
+        _switch(
+            "switch_green_bowl_to_red_on_green",
+            "pick_green_block_into_bowl",
+            "stack_red_on_green",
+            3.0,
+        ),
+    )
+}
+
+SUITES: dict[str, dict[str, Task]] = {
+    SUITE: TASKS,
+    LONG_SUITE: LONG_TASKS,
+    SWITCH_SUITE: SWITCH_TASKS,
+}
+_ALL_TASKS: dict[str, Task] = {**TASKS, **LONG_TASKS, **SWITCH_TASKS}
+
+
+def list_tasks(suite: str = SUITE) -> list[str]:
+    """Task names of ``suite``, in a fixed order.
+
+    Raises:
+        ConfigError: ``suite`` is not one of :data:`SUITES`.
+    """
+    return list(_suite(suite))
+
+
+def _suite(suite: str) -> dict[str, Task]:
+    try:
+        return SUITES[suite]
+    except KeyError:
+        raise ConfigError(f"suite = {suite!r}: expected one of {list(SUITES)}") from None
 
 
 def get_task(name: str) -> Task:
-    """The task called ``name``.
+    """The task called ``name`` (of any suite).
 
     Raises:
-        UnknownTaskError: ``name`` is not in the suite.
+        UnknownTaskError: ``name`` is in no suite.
     """
     try:
-        return TASKS[name]
+        return _ALL_TASKS[name]
     except KeyError:
         raise UnknownTaskError(
-            f"task = {name!r} is not in suite {SUITE!r}; known tasks: {', '.join(TASKS)}"
+            f"task = {name!r} is in no suite; allowed: {', '.join(_ALL_TASKS)}"
         ) from None
+
+
+def suite_of(name: str) -> str:
+    """The suite the task called ``name`` belongs to.
+
+    Raises:
+        UnknownTaskError: ``name`` is in no suite.
+    """
+    get_task(name)
+    return next(suite for suite, tasks in SUITES.items() if name in tasks)
+
+
+def sub_tasks(task: Task) -> tuple[Task, ...]:
+    """The single tasks ``task`` is made of (itself for a ``tabletop`` task)."""
+    return tuple(TASKS[p] for p in task.parts) if task.parts else (task,)
+
+
+def active_task(task: Task, t_s: float, done: int = 0, sequencer: bool = False) -> Task:
+    """The task whose instruction is in force at ``t_s``.
+
+    A ``switch``'s first task until ``switch_at_s``, then its second; with the
+    ``sequencer``, a ``sequence``'s sub-task ``done`` (the count of sub-tasks it
+    has seen succeed); otherwise ``task`` itself (its whole instruction at once).
+    """
+    if task.kind == "switch":
+        return sub_tasks(task)[int(t_s >= float(task.switch_at_s or 0.0))]
+    if task.kind == "sequence" and sequencer:
+        subs = sub_tasks(task)
+        return subs[min(done, len(subs) - 1)]
+    return task
 
 
 def check_task(suite: str, task: str, init_state_id: int) -> None:
@@ -200,14 +349,13 @@ def check_task(suite: str, task: str, init_state_id: int) -> None:
     evaluation initial states (the split the sim node resets to).
 
     Raises:
-        ConfigError: ``suite`` is not this suite.
+        ConfigError: ``suite`` is not one of :data:`SUITES`.
         UnknownTaskError: ``task`` is not in the suite (the message lists the allowed tasks).
         InitStateOutOfRangeError: ``init_state_id`` is outside ``[0, N_EVAL_INIT_STATES)``.
     """
-    if suite != SUITE:
-        raise ConfigError(f"suite = {suite!r}: only {SUITE!r} exists")
-    if task not in TASKS:
-        raise UnknownTaskError(f"task = {task!r}: not a {SUITE} task; allowed: {list_tasks()}")
+    tasks = _suite(suite)
+    if task not in tasks:
+        raise UnknownTaskError(f"task = {task!r}: not a {suite} task; allowed: {list(tasks)}")
     if isinstance(init_state_id, bool) or not 0 <= init_state_id < N_EVAL_INIT_STATES:
         raise InitStateOutOfRangeError(
             f"init_state_id = {init_state_id!r}: out of range: every task has evaluation "
@@ -259,7 +407,14 @@ def _in_frame(scene: SceneState, name: str, ref: str) -> np.ndarray:
 
 
 def is_success(task: Task, scene: SceneState) -> bool:
-    """The task's success predicate on object poses."""
+    """The task's success predicate on object poses.
+
+    A ``sequence`` holds when every sub-task does; a ``switch`` when its second task does.
+    """
+    if task.kind == "sequence":
+        return all(is_success(sub, scene) for sub in sub_tasks(task))
+    if task.kind == "switch":
+        return is_success(sub_tasks(task)[-1], scene)
     p = scene.positions_m[task.obj]
     if task.kind == "place_in":
         rel = _in_frame(scene, task.obj, "bowl")
@@ -304,12 +459,13 @@ def _sample_layout(task: Task, rng: np.random.Generator) -> dict[str, np.ndarray
     lo = np.array([WORKSPACE_X_M[0], WORKSPACE_Y_M[0]])
     hi = np.array([WORKSPACE_X_M[1], WORKSPACE_Y_M[1]])
     order = ["bowl", "plate", "blue_block", "target", "red_block", "green_block"]
+    push = any(sub.kind == "push" for sub in sub_tasks(task))
     for _attempt in range(1000):
         placed: dict[str, np.ndarray] = {}
         ok = True
         for name in order:
             for _try in range(200):
-                if name == "target" and task.kind == "push":
+                if name == "target" and push:
                     # within pushing distance of the block, along a clear corridor
                     angle = rng.uniform(-np.pi, np.pi)
                     dist = rng.uniform(0.10, 0.15)
@@ -322,7 +478,7 @@ def _sample_layout(task: Task, rng: np.random.Generator) -> dict[str, np.ndarray
                     np.linalg.norm(xy - other) > _KEEP_OUT_M[name] + _KEEP_OUT_M[key] + 0.01
                     for key, other in placed.items()
                 )
-                if clear and task.kind == "push" and name not in ("blue_block", "target"):
+                if clear and push and name not in ("blue_block", "target"):
                     if "target" in placed:
                         gap = _segment_clearance_m(placed["blue_block"], placed["target"], xy)
                         clear = gap > _KEEP_OUT_M[name] + 0.06
