@@ -10,6 +10,7 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from vla_edge.config.models import DEFAULT_JOINT_NAMES
+from vla_edge.core.errors import InstructionRefusedError
 from vla_edge.inference.observation_slot import ObservationSlot
 from vla_edge.nodes.conversions import array_to_image, positions_to_joint_state, s_to_stamp
 from vla_edge.nodes.inference_node import MAX_FUTURE_STAMP_S, InferenceNode
@@ -116,3 +117,25 @@ def test_plan_with_reordered_or_other_joints_is_counted_and_sends_no_prefix():
         node = _node()
         assert _taken_plan(node, _plan(joints)) is None
         assert node.bad_input.counts == {"plan_joint_mismatch": 1}
+
+
+def test_an_instruction_the_policy_refuses_is_counted_and_the_last_used_one_comes_back():
+    node = _node()
+    node.instruction_in_use = "pick up the red block and put it in the bowl"
+    node.slot.put_instruction("put the \U0001f916 in the bowl")
+    refused = InstructionRefusedError("instruction has 1 unknown token(s)")
+    InferenceNode._refuse_instruction(node, "put the \U0001f916 in the bowl", refused)
+    assert node.bad_input.counts == {"instruction_refused": 1}
+    assert "keeping 'pick up the red block" in node.logged[0]
+    InferenceNode._on_joint_state(node, _joint_state(NOW_S - 0.01))
+    _feed(node, NOW_S - 0.01)
+    node.slot.request(None, NOW_S)
+    item = node.slot.take(0.01)
+    assert item is not None and item.observation.instruction == node.instruction_in_use
+    # a newer instruction that arrived meanwhile is not overwritten
+    node.slot.put_instruction("lift the green block")
+    InferenceNode._refuse_instruction(node, "put the \U0001f916 in the bowl", refused)
+    InferenceNode._on_joint_state(node, _joint_state(NOW_S - 0.005))
+    _feed(node, NOW_S - 0.005)
+    node.slot.request(None, NOW_S)
+    assert node.slot.take(0.01).observation.instruction == "lift the green block"

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.errors import InstructionRefusedError, InvalidObservationError
 from vla_edge.policy.language import InstructionEmbedder
 from vla_edge.policy.tokenizer import InstructionTokenizer, minilm_dir
 
@@ -62,10 +62,10 @@ def test_empty_instruction_raises_invalid_observation() -> None:
 
 
 def test_unknown_tokens_raise_invalid_observation_naming_them() -> None:
-    with pytest.raises(InvalidObservationError, match="unknown token"):
+    with pytest.raises(InstructionRefusedError, match="unknown token"):
         InstructionTokenizer(32).encode("put the \U0001f916 in the bowl")
 
 
 def test_too_long_instruction_raises_naming_the_bound() -> None:
-    with pytest.raises(InvalidObservationError, match="max_instruction_tokens = 8"):
+    with pytest.raises(InstructionRefusedError, match="max_instruction_tokens = 8"):
         InstructionTokenizer(8).encode("put the red block in the bowl and then lift it up")

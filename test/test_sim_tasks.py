@@ -57,7 +57,7 @@ def test_each_task_has_three_distinct_paraphrases_and_a_budget(name):
 
 
 def test_unknown_task_is_a_named_error():
-    with pytest.raises(UnknownTaskError, match="task = 'fly_to_the_moon' is in no suite; allowed:.*lift_green_block"):
+    with pytest.raises(UnknownTaskError, match="'fly_to_the_moon' is in no suite; allowed:"):
         get_task("fly_to_the_moon")
     with pytest.raises(UnknownTaskError):
         init_state("fly_to_the_moon", 0)

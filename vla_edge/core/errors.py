@@ -29,6 +29,12 @@ class InvalidObservationError(VlaEdgeError):
     """An observation has the wrong shape, dtype, camera set or a non-finite value."""
 
 
+class InstructionRefusedError(InvalidObservationError):
+    """The policy cannot take this instruction (empty once tokenised, unknown words, too long)."""
+
+    reason = "instruction_refused"
+
+
 class InvalidActionError(VlaEdgeError):
     """An action given to the simulator is of the wrong dimension or non-finite."""
 

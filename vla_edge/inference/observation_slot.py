@@ -175,6 +175,18 @@ class ObservationSlot:
             self._instruction = instruction
             self._cond.notify_all()
 
+    def restore_instruction(self, refused: str, previous: str) -> bool:
+        """Put ``previous`` back if ``refused`` is still the current instruction.
+
+        Returns:
+            Whether it was put back (a newer instruction stays).
+        """
+        with self._cond:
+            if self._instruction != refused:
+                return False
+            self._instruction = previous
+            return True
+
     def put_extra(self, extra: Any) -> None:
         """Backend-specific side input (the simulator snapshot for the expert)."""
         with self._cond:

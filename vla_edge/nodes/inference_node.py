@@ -8,6 +8,11 @@
   and an observation newer than the last one used is complete;
 * takes the controller's remaining plan as the executed prefix
   (``supports_prefix`` runners);
+* takes a new ``instruction`` (``std_msgs/String``) at any time: the next chunk
+  is computed from it (runners embed each new instruction once and cache it).
+  An empty, over-long or non-text one is a counted bad input and changes
+  nothing; one the policy refuses at its tokenizer (unknown words, too many
+  tokens) is counted and the last instruction that produced a chunk comes back;
 * publishes ``action_chunk`` (``JointTrajectory``) stamped with the
   OBSERVATION time, and per-stage timings on ``/diagnostics``.
 
@@ -35,6 +40,7 @@ from vla_edge.config.models import InferenceConfig
 from vla_edge.core.errors import (
     ChunkRejectedError,
     ConfigError,
+    InstructionRefusedError,
     InvalidObservationError,
 )
 from vla_edge.core.types import Observation
@@ -104,6 +110,9 @@ class InferenceNode(Node):
         self.obs_age_ms = Histogram(1.0, 10_000.0)
         self.expected_delay_s = 0.1
         self.inferences = 0
+        self.instruction_in_use: str | None = None
+        """The instruction of the last chunk published (a refused new one falls back to it)."""
+        self.instructions_used = 0
         self.errors: dict[str, int] = {}
         self._stats_lock = threading.Lock()
         self._last_start_s = float("-inf")
@@ -270,12 +279,21 @@ class InferenceNode(Node):
             self._last_start_s = time.monotonic()
             try:
                 self._infer_and_publish(item)
+            except InstructionRefusedError as exc:
+                self._refuse_instruction(item.observation.instruction, exc)
             except InvalidObservationError as exc:
                 self.bad_input.record(getattr(exc, "reason", "observation"), str(exc))
             except Exception as exc:  # noqa: BLE001 - the node must survive any runner failure
                 if self._stop.is_set() or not self.context.ok():
                     return  # publishing raced with shutdown: the publishers are gone
                 self._record_error(exc)
+
+    def _refuse_instruction(self, instruction: str, exc: InstructionRefusedError) -> None:
+        """Count a new instruction the policy cannot take and go back to the one it could."""
+        previous = self.instruction_in_use
+        kept = previous is not None and self.slot.restore_instruction(instruction, previous)
+        note = f"; keeping {previous!r}" if kept else ""
+        self.bad_input.record(exc.reason, f"{exc}{note}")
 
     def _record_error(self, exc: Exception) -> None:
         name = type(exc).__name__
@@ -317,6 +335,9 @@ class InferenceNode(Node):
         self.slot.mark_published(publish_s)
         with self._stats_lock:
             self.inferences += 1
+            if obs.instruction != self.instruction_in_use:
+                self.instruction_in_use = obs.instruction
+                self.instructions_used += 1
             for stage, ms in {**chunk.timings_ms, "wall": wall_ms}.items():
                 self.stage_ms.setdefault(stage, Histogram(0.1, 60_000.0)).add(float(ms))
             self.obs_age_ms.add((publish_s - obs.stamp_s) * 1e3)
@@ -331,6 +352,8 @@ class InferenceNode(Node):
                 "policy": self.policy,
                 "runner": type(self.runner).__name__,
                 "inferences": self.inferences,
+                "instruction": self.instruction_in_use or "",
+                "instructions_used": self.instructions_used,
                 "expected_delay_s": self.expected_delay_s,
                 "dropped_frames": self.slot.dropped_frames,
                 "stale_requests": self.slot.stale_requests,

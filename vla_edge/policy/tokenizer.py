@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vla_edge.core.errors import InvalidObservationError
+from vla_edge.core.errors import InstructionRefusedError
 
 
 def minilm_dir() -> Path:
@@ -46,20 +46,20 @@ class InstructionTokenizer:
         """Tokenize one instruction.
 
         Raises:
-            InvalidObservationError: the instruction is not a string, is empty
+            InstructionRefusedError: the instruction is not a string, is empty
                 (also once normalised: e.g. only zero-width or control characters),
                 holds tokens outside the vocabulary, or is longer than ``L``.
         """
         if not isinstance(instruction, str):
-            raise InvalidObservationError(
+            raise InstructionRefusedError(
                 f"instruction must be a str, got {type(instruction).__name__}"
             )
         if not instruction.strip():
-            raise InvalidObservationError(f"instruction = {instruction!r} is empty")
+            raise InstructionRefusedError(f"instruction = {instruction!r} is empty")
         enc = self._tok.encode(instruction)
         ids = list(enc.ids)
         if all(enc.special_tokens_mask):
-            raise InvalidObservationError(
+            raise InstructionRefusedError(
                 f"instruction = {instruction!r} is empty once normalised by the tokenizer: "
                 f"tokens {enc.tokens} hold no word"
             )
@@ -70,12 +70,12 @@ class InstructionTokenizer:
                 for (a, b), i in zip(enc.offsets, ids, strict=True)
                 if i == self.unk_id
             ]
-            raise InvalidObservationError(
+            raise InstructionRefusedError(
                 f"instruction = {instruction!r} has {len(unknown)} unknown token(s) "
                 f"{words} outside the language encoder's vocabulary"
             )
         if len(ids) > self.max_tokens:
-            raise InvalidObservationError(
+            raise InstructionRefusedError(
                 f"instruction = {instruction!r} has {len(ids)} tokens, more than "
                 f"max_instruction_tokens = {self.max_tokens}"
             )

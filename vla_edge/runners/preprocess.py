@@ -31,7 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from vla_edge.core.errors import InvalidObservationError, NonFiniteChunkError
+from vla_edge.core.errors import (
+    InstructionRefusedError,
+    InvalidObservationError,
+    NonFiniteChunkError,
+)
 from vla_edge.core.types import Observation
 from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec, start_noise
@@ -352,19 +356,19 @@ def validate_stamp(stamp_s: Any) -> None:
 
 
 def validate_instruction(instruction: Any) -> None:
-    """Raise :class:`InvalidObservationError` unless ``instruction`` has a visible character.
+    """Raise :class:`InstructionRefusedError` unless ``instruction`` has a visible character.
 
     Control, format (zero-width), separator and combining characters alone are
     dropped by the tokenizer's normalisation and would leave no word to embed.
     """
     if not isinstance(instruction, str):
-        raise InvalidObservationError(
+        raise InstructionRefusedError(
             f"instruction = {instruction!r} must be a str, got {type(instruction).__name__}"
         )
     if not instruction.strip():
-        raise InvalidObservationError(f"instruction = {instruction!r} is empty")
+        raise InstructionRefusedError(f"instruction = {instruction!r} is empty")
     if all(unicodedata.category(ch)[0] in "CZM" for ch in instruction):
-        raise InvalidObservationError(
+        raise InstructionRefusedError(
             f"instruction = {instruction!r} is empty: it holds only control, zero-width, "
             "space or combining characters"
         )
