@@ -7,6 +7,7 @@ the whole graph under ``/arm1`` (a second arm: a second launch, another
 namespace). Usage on a ROS 2 distribution::
 
     ros2 launch vla_edge sim.launch.py task:=pick_red_block_into_bowl policy:=bundled
+    ros2 launch vla_edge sim.launch.py task:=red_in_bowl_then_blue_on_plate sequencer:=true
     ros2 launch vla_edge sim.launch.py namespace:=arm1
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from vla_edge.nodes.graph import graph, policy_parameters
+from vla_edge.sim.tasks import suite_of
 
 PROFILE = "sim"
 
@@ -31,15 +33,23 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 
 def node_arguments(
-    task: str | None = None, policy: str | None = None, namespace: str = ""
+    task: str | None = None,
+    policy: str | None = None,
+    namespace: str = "",
+    sequencer: bool = False,
 ) -> list[dict[str, Any]]:
-    """``launch_ros.actions.Node`` keyword arguments for every node of the profile."""
+    """``launch_ros.actions.Node`` keyword arguments for every node of the profile.
+
+    ``task`` may be of any suite (the sim's ``suite`` follows it).
+    """
     out = []
     for spec in graph(PROFILE, namespace):
         kwargs = spec.launch_kwargs()
         overrides: dict[str, Any] = {}
         if spec.name == "sim_node" and task:
-            overrides["task"] = task
+            overrides.update(task=task, suite=suite_of(task))
+        if spec.name == "sim_node" and sequencer:
+            overrides["sequencer"] = True
         if spec.name == "inference_node" and policy:
             overrides.update(policy_parameters(policy))
         if overrides:
@@ -52,7 +62,9 @@ def _nodes(context: Any) -> list[Any]:
     task = LaunchConfiguration("task").perform(context)
     policy = LaunchConfiguration("policy").perform(context)
     namespace = LaunchConfiguration("namespace").perform(context)
-    return [Node(**kwargs) for kwargs in node_arguments(task or None, policy or None, namespace)]
+    sequencer = LaunchConfiguration("sequencer").perform(context).lower() == "true"
+    arguments = node_arguments(task or None, policy or None, namespace, sequencer)
+    return [Node(**kwargs) for kwargs in arguments]
 
 
 def generate_launch_description() -> Any:
@@ -70,6 +82,11 @@ def generate_launch_description() -> Any:
             ),
             DeclareLaunchArgument(
                 "namespace", default_value="", description="namespace of the graph (e.g. arm1)"
+            ),
+            DeclareLaunchArgument(
+                "sequencer",
+                default_value="false",
+                description="long-horizon task: one sub-task's instruction at a time",
             ),
             OpaqueFunction(function=_nodes),
         ]

@@ -42,10 +42,17 @@ def test_launch_file_starts_the_graphs_executables_with_the_graphs_parameter_fil
 
 def test_sim_launch_arguments_become_parameter_overrides():
     nodes = {
-        n["name"]: n for n in _load("sim").node_arguments(task="lift_red_block", policy="expert")
+        n["name"]: n for n in _load("sim").node_arguments(task="lift_green_block", policy="expert")
     }
-    assert nodes["sim_node"]["parameters"][-1] == {"task": "lift_red_block"}
+    assert nodes["sim_node"]["parameters"][-1] == {"task": "lift_green_block", "suite": "tabletop"}
     assert nodes["inference_node"]["parameters"][-1] == {"backend": "expert"}
+    long = _load("sim").node_arguments(task="blue_on_plate_then_lift_green", sequencer=True)
+    sim = next(n for n in long if n["name"] == "sim_node")
+    assert sim["parameters"][-1] == {
+        "task": "blue_on_plate_then_lift_green",
+        "suite": "tabletop_long",
+        "sequencer": True,
+    }
 
 
 def test_hil_launch_remaps_the_safety_output_to_ros2_control():

@@ -366,8 +366,8 @@ class SimConfig(_Strict):
     )
     sequencer: bool = Field(
         False,
-        description="long-horizon tasks: publish one sub-task's instruction at a time, the "
-        "next when it succeeds (otherwise the whole instruction at once)",
+        description="long-horizon tasks: one sub-task's instruction at a time, the next when "
+        "it succeeds",
     )
     image_height: int = Field(64, ge=8, le=2048, description="height of every camera image [px]")
     image_width: int = Field(64, ge=8, le=2048, description="width of every camera image [px]")
