@@ -298,6 +298,20 @@ def test_the_report_of_a_record_has_its_windows_goals_summary_and_a_plot(tmp_pat
     assert any(line.startswith("goal memory_growth") for line in st.summary_lines(report))
 
 
+def test_the_report_renders_a_soak_as_a_table_with_its_goals_first(tmp_path):
+    from vla_edge.bench.report import render_soak
+
+    settings = soak.make_settings(duration_s=60.0, window_s=20.0, warmup_s=10.0, sample_s=5.0)
+    recorded = {**settings.model_dump(mode="json"), "policy": "out/exports/bundled_et_fp32"}
+    table = render_soak([st.build_report(_record(), recorded, soak.machine())])
+    lines = table.splitlines()
+    assert lines[0] == "| measure | value |"
+    assert lines[2].startswith("| goal `memory_growth_pct_per_h_max` |") and "**fail**" in lines[2]
+    assert "| buffer underruns in / outside faults | 1 / 0 |" in lines
+    assert "| restarts (unexpected exits) | 1 (0) |" in lines
+    assert "| policy, duration | `bundled_et_fp32`, 60 s |" in lines
+
+
 def test_the_machine_probes_give_numbers_or_none():
     for value in (soak.temperatures_c(), soak.devfreq_mhz()):
         assert value is None or all(isinstance(v, float) for v in value.values())
