@@ -278,8 +278,14 @@ def _record(duration_s=60.0):
 
 def test_the_report_of_a_record_has_its_windows_goals_summary_and_a_plot(tmp_path):
     settings = soak.make_settings(duration_s=60.0, window_s=20.0, warmup_s=10.0, sample_s=5.0)
-    report = st.build_report(_record(), settings.model_dump(mode="json"), soak.machine())
-    json.dumps(report)  # plain JSON
+    record = _record()
+    report = st.build_report(record, settings.model_dump(mode="json"), soak.machine())
+    text = st.report_json(report)
+    assert json.loads(text) == json.loads(json.dumps(report))
+    assert len(text.splitlines()) < 250  # one line per sample column and per record
+    rows = st.sample_rows(report["samples"])
+    assert [r["rss_mb"] for r in rows] == [r["rss_mb"] for r in record.samples]
+    assert len(report["samples"]["rss_mb.inference_node"]) == len(record.samples)
     assert [w["t_start_s"] for w in report["windows"]] == [0.0, 20.0, 40.0]
     assert report["summary"]["buffer_underruns"] == {
         "in_faults": 1,
@@ -296,6 +302,24 @@ def test_the_report_of_a_record_has_its_windows_goals_summary_and_a_plot(tmp_pat
     png = st.plot_soak(report, tmp_path / "soak.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     assert any(line.startswith("goal memory_growth") for line in st.summary_lines(report))
+
+
+def test_samples_are_written_as_columns_and_read_back_without_the_gaps():
+    rows = [
+        {"t_s": 0.0, "rss_mb": {"a": 1.0, "b": 2.0}, "host": {"temperature_c": None}},
+        {"t_s": 5.0, "rss_mb": {"a": 1.5}, "host": {"temperature_c": {"cpu": 40.0}}},
+    ]
+    columns = st.sample_columns(rows)
+    assert columns == {
+        "t_s": [0.0, 5.0],
+        "rss_mb.a": [1.0, 1.5],
+        "rss_mb.b": [2.0, None],
+        "host.temperature_c": [None, None],
+        "host.temperature_c.cpu": [None, 40.0],
+    }
+    back = st.sample_rows(columns)
+    assert back[0]["rss_mb"] == {"a": 1.0, "b": 2.0} and back[1]["rss_mb"] == {"a": 1.5}
+    assert back[0]["host"] == {} and back[1]["host"] == {"temperature_c": {"cpu": 40.0}}
 
 
 def test_the_report_renders_a_soak_as_a_table_with_its_goals_first(tmp_path):
@@ -365,7 +389,7 @@ def test_a_short_soak_resets_switches_faults_respawns_and_reports(tmp_path, ros_
     assert report["exit_codes"] == dict.fromkeys(NODES, 0), log
     # every node sampled all along, with a real resident size (but the inference node
     # between its kill and its respawn)
-    samples = report["samples"]
+    samples = st.sample_rows(report["samples"])
     crashes = [f for f in report["faults"] if f["kind"] == "inference_crash"]
     assert len(samples) >= 25
     for sample in samples:
@@ -439,5 +463,5 @@ def test_ctrl_c_stops_the_graph_and_still_writes_the_json(tmp_path, ros_env):
     assert report["interrupted"] and report["passed"] is False
     assert 5.0 <= report["duration_s"] < 60.0
     assert report["exit_codes"] == dict.fromkeys(NODES, 0)
-    assert len(report["samples"]) >= 2 and len(report["windows"]) == 1
+    assert len(report["samples"]["t_s"]) >= 2 and len(report["windows"]) == 1
     assert (out / "soak.png").is_file()

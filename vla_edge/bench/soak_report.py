@@ -16,6 +16,7 @@ Times are seconds since the graph came up (the first chunk).
 from __future__ import annotations
 
 import datetime
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -547,8 +548,8 @@ def build_report(
     for r in record.restarts:
         per = restarts.setdefault(r["node"], {"injected": 0, "unexpected": 0})
         per[r["cause"]] += 1
-    temps = [t for s in record.samples for t in (s["host"]["temperature_c"] or {}).values()]
-    freqs = [s["host"]["cpu_freq_mhz"] for s in record.samples if s["host"]["cpu_freq_mhz"]]
+    temps = [t for s in record.samples for t in (s["host"].get("temperature_c") or {}).values()]
+    freqs = [s["host"]["cpu_freq_mhz"] for s in record.samples if s["host"].get("cpu_freq_mhz")]
     ended = [e for e in record.episodes if e.end in ("success", "budget")]
     summary = {
         "memory_growth": {n: gr.as_json() for n, gr in growth.items()},
@@ -606,7 +607,7 @@ def build_report(
         "reset_failures": record.reset_failures,
         "exit_codes": record.exit_codes,
         "stop_escalations": record.stop_escalations,
-        "samples": record.samples,
+        "samples": sample_columns(record.samples),
     }
 
 
@@ -625,6 +626,71 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         verdict = {True: "pass", False: "FAIL", None: "not measured"}[goal["passed"]]
         lines.append(f"goal {name}: {goal['value']} (limit {goal['limit']}): {verdict}")
     return lines
+
+
+# ------------------------------------------------------------------ the JSON file
+
+
+def _flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def sample_columns(samples: Sequence[Sample]) -> dict[str, list[Any]]:
+    """The samples as one list per value, named by its path (``rss_mb.sim_node``).
+
+    A sample without a value (a node not running, a sensor the machine lacks)
+    has ``None`` there. ``pandas.DataFrame(columns)`` reads it as it is.
+    """
+    flat = [_flatten(s) for s in samples]
+    names = list(dict.fromkeys(name for row in flat for name in row))
+    return {name: [row.get(name) for row in flat] for name in names}
+
+
+def sample_rows(columns: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """:func:`sample_columns` back to one dict per sample, ``None`` values left out."""
+    n = len(columns.get("t_s", ()))
+    rows: list[dict[str, Any]] = [{} for _ in range(n)]
+    for name, values in columns.items():
+        *groups, leaf = name.split(".")
+        for row, value in zip(rows, values, strict=True):
+            if value is None:
+                continue
+            for group in groups:
+                row = row.setdefault(group, {})
+            row[leaf] = value
+    for row in rows:
+        for group in ("pid", "rss_mb", "cpu_pct", "host"):
+            row.setdefault(group, {})
+    return rows
+
+
+def report_json(report: Mapping[str, Any]) -> str:
+    """The report as JSON text, short enough for a results folder.
+
+    Indented, but each sample column, and each item of a list of records
+    (windows, episodes, faults, ...), on one line.
+    """
+
+    def compact(value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"))
+
+    parts = []
+    for key, value in report.items():
+        if key == "samples":
+            body = ",\n".join(f"  {json.dumps(k)}: {compact(v)}" for k, v in value.items())
+            text = f"{{\n{body}\n }}" if body else "{}"
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            text = "[\n" + ",\n".join(f"  {compact(v)}" for v in value) + "\n ]"
+        else:
+            text = json.dumps(value, indent=1).replace("\n", "\n ")
+        parts.append(f" {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 # ------------------------------------------------------------------ plot
@@ -653,7 +719,7 @@ def plot_soak(report: Mapping[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    samples = report["samples"]
+    samples = sample_rows(report["samples"])
     windows = report["windows"]
     fig, axes = plt.subplots(4, 1, figsize=(11, 12), sharex=True)
     t = [s["t_s"] for s in samples]

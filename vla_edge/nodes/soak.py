@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import platform
 import signal
@@ -465,7 +464,7 @@ def _subset(values: Mapping[str, str], keys: Mapping[str, str]) -> dict[str, Any
     out: dict[str, Any] = {}
     for name, key in keys.items():
         try:
-            out[name] = float(values[key])
+            out[name] = round(float(values[key]), 4)
         except (KeyError, ValueError):
             out[name] = None
     return out
@@ -1015,7 +1014,7 @@ def resolve_policy(policy: str | None, quant: str, out: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``vla-edge soak``."""
-    from vla_edge.bench.soak_report import build_report, plot_soak, summary_lines
+    from vla_edge.bench.soak_report import build_report, plot_soak, report_json, summary_lines
     from vla_edge.demo import inference_threads
 
     settings = settings_from_args(args)
@@ -1050,7 +1049,7 @@ def run(args: argparse.Namespace) -> int:
     }
     report = build_report(record, recorded_settings, machine())
     path = out / "soak.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path.write_text(report_json(report))
     plot_soak(report, out / "soak.png")
     for line in summary_lines(report):
         print(line)
