@@ -395,30 +395,35 @@ def test_a_short_soak_resets_switches_faults_respawns_and_reports(tmp_path, ros_
     for sample in samples:
         dead = any(f["start_s"] <= sample["t_s"] <= (f["undone_s"] or 1e9) for f in crashes)
         expected = set(NODES) - ({"inference_node"} if dead else set())
-        assert set(sample["rss_mb"]) == expected, sample["t_s"]
-        assert all(mb > 10.0 for mb in sample["rss_mb"].values())
+        assert set(sample["rss_mb"]) == expected, (sample, report["faults"], log)
+        just_started = any(0.0 <= sample["t_s"] - r["t_s"] < 2.0 for r in report["restarts"])
+        assert just_started or all(mb > 10.0 for mb in sample["rss_mb"].values()), sample
     assert set(report["summary"]["memory_growth"]) == set(NODES)
     # episodes reset through the sim's service, one with a switched instruction
     episodes = report["episodes"]
-    assert len(episodes) >= 3 and report["summary"]["episodes"]["reset_failures"] == 0
+    assert len(episodes) >= 3, log
+    assert report["reset_failures"] == [], log
     tasks_seen = (out / "logs" / "sim_node.log").read_text()
     for episode in episodes:
         assert f"task {episode['task']!r}, init state {episode['init_state_id']}" in tasks_seen
     switched = [e for e in episodes if e["switched_t_s"] is not None]
-    assert switched
+    assert switched, log
     inference_log = (out / "logs" / "inference_node.log").read_text()
-    assert f"instruction: {get_task(switched[0]['switch_task']).instruction!r}" in inference_log
+    switch = f"instruction: {get_task(switched[0]['switch_task']).instruction!r}"
+    assert switch in inference_log, (switch, inference_log[-3000:])
     # a crash of the inference node, respawned: a new process, chunks again
     # (the soak may end inside the last fault: that one is neither recovered nor not)
     respawned = [f for f in crashes if f["undone_s"] is not None]
     assert any(f["recovered"] for f in crashes)
     assert all(f["end_s"] > f["undone_s"] for f in respawned if f["recovered"])
-    assert not [f for f in report["faults"] if f["recovered"] is False]
+    assert not [f for f in report["faults"] if f["recovered"] is False], report["faults"]
+    for estop in [f for f in report["faults"] if f["kind"] == "estop"]:
+        assert "e-stop cleared" in estop["detail"], estop  # it was latched, then cleared
     assert report["summary"]["restarts"]["inference_node"]["injected"] == len(respawned)
     pids = {s["pid"]["inference_node"] for s in samples if "inference_node" in s["pid"]}
     assert len(pids) == len(respawned) + 1
     assert report["summary"]["unexpected_exits"] == 0
-    assert {f["kind"] for f in report["faults"]} == set(soak.FAULT_KINDS)
+    assert {f["kind"] for f in report["faults"]} == set(soak.FAULT_KINDS), log
     # the figures: every window has chunks and jitter; underruns add up to the controller's
     assert len(report["windows"]) == 3
     for window in report["windows"]:
@@ -426,7 +431,7 @@ def test_a_short_soak_resets_switches_faults_respawns_and_reports(tmp_path, ros_
         assert window["controller_jitter_ms"]["p99_since_node_start"] > 0.0
     underruns = report["summary"]["buffer_underruns"]
     final = samples[-1]["controller"]["buffer_underruns"]
-    assert underruns["in_faults"] + underruns["outside_faults"] == final
+    assert underruns["in_faults"] + underruns["outside_faults"] == final, (underruns, log)
     assert set(report["goals"]) == set(st.GOALS)
     png = (out / "soak.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000

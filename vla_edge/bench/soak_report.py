@@ -5,7 +5,7 @@ ROS-free: :mod:`vla_edge.nodes.soak` records the run into a :class:`SoakRecord`
 underrun counts, the episodes and the injected faults); :func:`build_report`
 turns it into the JSON's figures and :func:`plot_soak` into the PNG.
 
-A *sample* is a dict (it goes to the JSON as it is)::
+A *sample* is a dict (the JSON holds the samples as columns, :func:`sample_columns`)::
 
     {"t_s", "pid": {node: pid}, "rss_mb": {node: MiB}, "cpu_pct": {node: %},
      "controller": {diagnostic key: value}, "inference": {...}, "host": {...}}
@@ -41,6 +41,9 @@ GOALS: dict[str, float] = {
 # What each figure of the JSON is (written into it).
 DEFINITIONS: dict[str, str] = {
     "t_s": "seconds since the graph came up (the first chunk the soak received)",
+    "samples": "one list per sampled value, named by its path (rss_mb.<node>, "
+    "controller.<diagnostic key>, host.temperature_c.<sensor>, ...); null where a node was "
+    "not running or a value was not there",
     "rss_mb": "resident memory of the node's process and its children (MiB, psutil)",
     "cpu_pct": "CPU time of the node's process and its children over the sample period "
     "(100 = one core)",
@@ -54,7 +57,7 @@ DEFINITIONS: dict[str, str] = {
     "of one inference (stage_ms.wall on /diagnostics: p50, p95, max), read at the window's last "
     "sample; it covers the node's life since its last (re)start, not the window alone (the node "
     "publishes no per-window histogram and no p99)",
-    "controller_jitter_ms": "period jitter |period - 10 ms| of the controller loop: "
+    "controller_jitter_ms": "period jitter |period - nominal period| of the controller loop: "
     "p99_since_node_start and max_since_node_start are the controller's run-long histogram "
     "(period_jitter_ms_p99 / _max on /diagnostics) read at the window's last sample; "
     "mean_in_window is exact for the window (from the histogram's count and mean at the window's "

@@ -81,18 +81,21 @@ DEFAULT_OUT = Path("out/soak")
 
 # /diagnostics values kept in each sample: {sample key: diagnostic key}
 CONTROLLER_KEYS = {
-    "buffer_underruns": "buffer_underruns",
-    "period_jitter_ms_p50": "period_jitter_ms_p50",
-    "period_jitter_ms_p99": "period_jitter_ms_p99",
-    "period_jitter_ms_max": "period_jitter_ms_max",
-    "period_jitter_ms_mean": "period_jitter_ms_mean",
-    "period_jitter_ms_count": "period_jitter_ms_count",
-    "chunk_age_ms_p99": "chunk_age_ms_p99",
-    "accepted": "accepted",
-    "rejected": "rejected",
-    "rejected_stale": "rejected_stale",
-    "holding": "holding",
-    "loop_missed_deadlines": "loop_missed_deadlines",
+    key: key
+    for key in (
+        "buffer_underruns",
+        "period_jitter_ms_p50",
+        "period_jitter_ms_p99",
+        "period_jitter_ms_max",
+        "period_jitter_ms_mean",
+        "period_jitter_ms_count",
+        "chunk_age_ms_p99",
+        "accepted",
+        "rejected",
+        "rejected_stale",
+        "holding",
+        "loop_missed_deadlines",
+    )
 }
 INFERENCE_KEYS = {
     "inferences": "inferences",
@@ -498,7 +501,7 @@ class SoakMonitor(Monitor):
         self.instruction_pub = self.node.create_publisher(String, g.TOPIC_INSTRUCTION, latched)
         self.estop_pub = self.node.create_publisher(Bool, g.TOPIC_ESTOP, qos)
         self.sim_parameters = self.node.create_client(
-            SetParameters, f"{g.SIM_NODE.name}/set_parameters"
+            SetParameters, g.private_in_namespace(g.SIM_NODE.name, "~/set_parameters")
         )
         self.sim_reset = self.node.create_client(Trigger, g.SERVICE_SIM_RESET)
         self.safety_reset = self.node.create_client(Trigger, g.SERVICE_SAFETY_RESET)
@@ -508,9 +511,9 @@ class SoakMonitor(Monitor):
         now = time.monotonic()
         for status in msg.status:
             if self._own_status_name(status.name) == "vla_edge/controller":
-                for kv in status.values:
-                    if kv.key == "buffer_underruns":
-                        self.underrun_readings.append((now, float(kv.value)))
+                value = _subset({kv.key: kv.value for kv in status.values}, CONTROLLER_KEYS)
+                if value["buffer_underruns"] is not None:
+                    self.underrun_readings.append((now, value["buffer_underruns"]))
 
     def _on_success(self, msg: Any) -> None:
         super()._on_success(msg)
@@ -572,14 +575,14 @@ class SoakMonitor(Monitor):
 
         self.estop_pub.publish(Bool(data=pressed))
 
-    def reset_safety(self) -> str | None:
-        """Call ``safety/reset``; ``None`` or why it failed."""
+    def reset_safety(self) -> tuple[bool, str]:
+        """Call ``safety/reset``; whether it succeeded, and its reply (or why not)."""
         from std_srvs.srv import Trigger
 
         reply = self.call(self.safety_reset, Trigger.Request())
         if reply is None:
-            return f"{g.SERVICE_SAFETY_RESET} did not answer"
-        return None if reply.success else reply.message
+            return False, f"{g.SERVICE_SAFETY_RESET} did not answer"
+        return bool(reply.success), str(reply.message)
 
 
 # ------------------------------------------------------------------ the run
@@ -800,8 +803,8 @@ class Soak:
         fault.undone_s = round(self.now_s(), 3)
         self._chunks_seen_at_undo = len(self.monitor.chunk_ages)
         if fault.kind == "estop":
-            why = self.monitor.reset_safety()
-            self._end_fault(fault, self.now_s(), why is None, why or "")
+            ok, reply = self.monitor.reset_safety()
+            self._end_fault(fault, self.now_s(), ok, f"reset: {reply}")
 
     def _await_recovery(self, fault: Fault, now: float) -> None:
         assert self.monitor is not None and self.t_up is not None
