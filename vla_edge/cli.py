@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("vla_edge.export.cli", "export a checkpoint to ONNX / ExecuTorch"),
     "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
     "faults": ("vla_edge.faults.cli", "run the fault-injection suite"),
+    "soak": (
+        "vla_edge.nodes.soak",
+        "hours of the sim graph: episodes, instruction switches, mild faults; memory, jitter",
+    ),
     "serve": ("vla_edge.runners.openpi_server", "serve a policy over the openpi protocol"),
     "report": ("vla_edge.bench.report", "docs/RESULTS.md's tables from their JSONs (--check)"),
 }

@@ -639,6 +639,63 @@ def render_graph(reports: Sequence[Json]) -> str:
     return _table(["measure", "value"], rows)
 
 
+def render_soak(reports: Sequence[Json]) -> str:
+    """One ``vla-edge soak``: its goals, then what it ran and what it measured."""
+    (run,) = reports
+    summary, goals = run["summary"], run["goals"]
+    verdict = {True: "pass", False: "**fail**", None: "not measured"}
+    rows = [
+        [f"goal `{name}`", f"{goal['value']} (limit {goal['limit']}): {verdict[goal['passed']]}"]
+        for name, goal in goals.items()
+    ]
+    episodes = summary["episodes"]
+    ages = summary["chunk_age_ms"]
+    rows += [
+        [
+            "policy, duration",
+            f"`{Path(run['settings']['policy']).name}`, {run['duration_s']:.0f} s",
+        ],
+        [
+            "episodes (successes / finished; with a switch)",
+            f"{episodes['count']} ({episodes['successes']} / {episodes['finished']}; "
+            f"{episodes['with_switch']})",
+        ],
+        ["faults", ", ".join(f"{k} {n}" for k, n in summary["faults"].items()) or "none"],
+        [
+            "restarts (unexpected exits)",
+            f"{summary['restarts_total']} ({summary['unexpected_exits']})",
+        ],
+        [
+            "buffer underruns in / outside faults",
+            f"{summary['buffer_underruns']['in_faults']} / "
+            f"{summary['buffer_underruns']['outside_faults']}",
+        ],
+        [
+            "chunk age p50 / p99 / max (ms)",
+            f"{ages['p50']:.0f} / {ages['p99']:.0f} / {ages['max']:.0f}",
+        ],
+    ]
+    rows += [
+        [
+            f"RSS growth `{node}` after warm-up",
+            f"{g['pct_per_h']:+.2f} %/h of {g['mean_rss_mb']:.0f} MiB",
+        ]
+        for node, g in summary["memory_growth"].items()
+        if g["pct_per_h"] is not None
+    ]
+    if summary["temperature_c_max"] is not None:
+        rows.append(["hottest temperature", f"{summary['temperature_c_max']:.1f} °C"])
+    if summary["cpu_freq_mhz"] is not None:
+        freq = summary["cpu_freq_mhz"]
+        rows.append(
+            [
+                f"CPU clock min / max ({freq['source']})",
+                f"{freq['min']:.0f} / {freq['max']:.0f} MHz",
+            ]
+        )
+    return _table(["measure", "value"], rows)
+
+
 def _recovered(scenario: Json) -> str:
     if scenario["recovered"] is None:
         return "–"
