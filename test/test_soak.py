@@ -13,6 +13,7 @@ from ros_test_domain import DomainLease
 
 from vla_edge.bench import soak_report as st
 from vla_edge.nodes import soak
+from vla_edge.nodes.metrics import Histogram
 from vla_edge.sim.tasks import get_task, list_tasks
 
 NODES = ("sim_node", "safety_node", "controller_node", "inference_node")
@@ -129,7 +130,31 @@ def test_window_chunk_age_and_underruns_are_the_windows_own():
     assert rows[1]["buffer_underruns"] == {"in_faults": 2, "outside_faults": 0}
     assert (rows[0]["restarts"], rows[1]["restarts"]) == (0, 1)
     assert (rows[0]["successes"], rows[1]["episodes"], rows[1]["faults"]) == (1, 1, 1)
-    assert rows[1]["inference_wall_ms_since_node_start"] == {"p50": 5.0, "p95": 9.0, "max": 12.0}
+    assert rows[1]["inference_wall_ms"] == {"p50": None, "p99": None, "max_since_node_start": 12.0}
+
+
+def _hist(t_s: float, pid: int, counts: dict[int, int]) -> dict:
+    text = Histogram(0.01, 100.0)
+    for index, count in counts.items():
+        for _ in range(count):
+            text.add(index * 0.01 + 0.005)
+    return {"t_s": t_s, "controller_jitter": (pid, text.bins(), text.bin_width)}
+
+
+def test_window_percentiles_are_the_windows_own_from_two_readings_of_a_histogram():
+    # 0..20 s: 980 ticks at 0.1 ms, 20 at 5 ms; 20..40 s adds 1000 ticks at 0.3 ms
+    readings = [
+        _hist(19.0, 1, {10: 980, 500: 20}),
+        _hist(39.0, 1, {10: 980, 500: 20, 30: 1000}),
+        _hist(59.0, 2, {30: 500}),  # the controller restarted: its histogram began again
+    ]
+    p99 = [
+        st.window_percentiles(readings, "controller_jitter", a, b, b == 60.0, (99,))["p99"]
+        for a, b in st.window_bounds(60.0, 20.0)
+    ]
+    assert p99 == [pytest.approx(5.01), pytest.approx(0.31), pytest.approx(0.31)]
+    none = st.window_percentiles([], "controller_jitter", 0.0, 20.0, False, (50, 99))
+    assert none == {"p50": None, "p99": None}
 
 
 def test_jitter_mean_in_a_window_is_exact_and_unknown_across_a_controller_restart():
@@ -147,8 +172,8 @@ def test_jitter_mean_in_a_window_is_exact_and_unknown_across_a_controller_restar
 def _goals(growth_pct=1.0, outside=0, jitter_p99=1.5, exits=0, unrecovered=0):
     growth = {"sim_node": st.Growth(growth_pct, 1.0, 100.0, 10, 100.0, 1)}
     windows = [
-        {"t_start_s": 0.0, "controller_jitter_ms": {"p99_since_node_start": 0.5}},
-        {"t_start_s": 300.0, "controller_jitter_ms": {"p99_since_node_start": jitter_p99}},
+        {"t_start_s": 0.0, "controller_jitter_ms": {"p99": 0.5}},
+        {"t_start_s": 300.0, "controller_jitter_ms": {"p99": jitter_p99}},
     ]
     return st.evaluate_goals(growth, windows, outside, exits, unrecovered)
 
@@ -254,7 +279,15 @@ def test_faults_come_in_rounds_of_every_kind():
 def _record(duration_s=60.0):
     record = st.SoakRecord(duration_s=duration_s, startup_s=3.0)
     pids = {"sim_node": 10, "safety_node": 11, "controller_node": 12, "inference_node": 13}
+    jitter = Histogram(0.01, 100.0)
     for i, t in enumerate(np.arange(0.0, duration_s + 0.1, 5.0)):
+        for _ in range(500):
+            jitter.add(0.195)
+        for _ in range(30 if t == duration_s else 0):  # the last window's p99: 1.6 ms
+            jitter.add(1.595)
+        record.histograms.append(
+            {"t_s": float(t), "controller_jitter": (12, jitter.bins(), jitter.bin_width)}
+        )
         new_pid = {**pids, "inference_node": 14 if t >= 30.0 else 13}
         record.samples.append(
             {
@@ -428,7 +461,8 @@ def test_a_short_soak_resets_switches_faults_respawns_and_reports(tmp_path, ros_
     assert len(report["windows"]) == 3
     for window in report["windows"]:
         assert window["chunks"] > 0 and window["chunk_age_ms"]["p99"] > 0.0
-        assert window["controller_jitter_ms"]["p99_since_node_start"] > 0.0
+        assert window["controller_jitter_ms"]["p99"] > 0.0
+        assert window["inference_wall_ms"]["p99"] > 0.0
     underruns = report["summary"]["buffer_underruns"]
     final = samples[-1]["controller"]["buffer_underruns"]
     assert underruns["in_faults"] + underruns["outside_faults"] == final, (underruns, log)

@@ -53,15 +53,13 @@ DEFINITIONS: dict[str, str] = {
     "chunk_age_ms": "per chunk: its arrival time at the soak's subscriber on action_chunk minus "
     "its header stamp (the observation time), system clock; p50/p99/max over the chunks that "
     "arrived in the window",
-    "inference_wall_ms_since_node_start": "the inference node's own histogram of the wall time "
-    "of one inference (stage_ms.wall on /diagnostics: p50, p95, max), read at the window's last "
-    "sample; it covers the node's life since its last (re)start, not the window alone (the node "
-    "publishes no per-window histogram and no p99)",
+    "inference_wall_ms": "wall time of one inference: p50/p99 of the window, from the inference "
+    "node's histogram (stage_ms.wall.bins on /diagnostics, 0.1 ms bins) read at the window's "
+    "edges and subtracted; max_since_node_start is the node's run-long maximum",
     "controller_jitter_ms": "period jitter |period - nominal period| of the controller loop: "
-    "p99_since_node_start and max_since_node_start are the controller's run-long histogram "
-    "(period_jitter_ms_p99 / _max on /diagnostics) read at the window's last sample; "
-    "mean_in_window is exact for the window (from the histogram's count and mean at the window's "
-    "edges); the controller publishes no per-window p99",
+    "p99 of the window, from the controller's histogram (period_jitter_ms_bins, 0.01 ms bins) "
+    "read at the window's edges and subtracted; mean_in_window exact from its count and mean; "
+    "max_since_node_start its run-long maximum",
     "buffer_underruns": "the controller's buffer_underruns counter (a hold entered after a chunk "
     "ran out), counted per /diagnostics period; an increment whose period overlaps "
     "[fault start, fault end + recovery_s] is 'in_faults', any other 'outside_faults'",
@@ -132,6 +130,10 @@ class SoakRecord:
     unexpected_exits: list[dict[str, Any]] = field(default_factory=list)
     reset_failures: list[dict[str, Any]] = field(default_factory=list)
     chunk_ages: list[tuple[float, float]] = field(default_factory=list)
+    histograms: list[dict[str, Any]] = field(default_factory=list)
+    """Per sample: ``t_s`` and, per histogram name, ``(pid, bins text, bin width)`` as the
+    node published them (kept out of the JSON: a window's histogram is the difference of
+    the readings at its edges)."""
     underrun_readings: list[tuple[float, float]] = field(default_factory=list)
     startup_s: float | None = None
     duration_s: float = 0.0
@@ -348,6 +350,34 @@ def jitter_mean_between(before: Sample | None, last: Sample) -> float | None:
     return (n1 * m1 - n0 * m0) / (n1 - n0)
 
 
+def window_percentiles(
+    readings: Sequence[Mapping[str, Any]],
+    name: str,
+    start: float,
+    end: float,
+    last: bool,
+    qs: Sequence[float],
+) -> dict[str, float | None]:
+    """``{"p<q>": value}`` of histogram ``name`` over one window, exact to its bin width.
+
+    The window's histogram is the last reading in it minus the last one before
+    it (the whole last reading when the node restarted in between).
+    """
+    from vla_edge.nodes.metrics import bins_percentile, parse_bins
+
+    empty: dict[str, float | None] = {f"p{q:g}": None for q in qs}
+    inside = [r for r in readings if r.get(name) and _in_window(r["t_s"], start, end, last)]
+    if not inside:
+        return empty
+    pid, text, width = inside[-1][name]
+    before = [r for r in readings if r.get(name) and r["t_s"] < start]
+    base = None
+    if before and before[-1][name][0] == pid:
+        base = parse_bins(before[-1][name][1])
+    after = parse_bins(text)
+    return {f"p{q:g}": _round(bins_percentile(after, base, float(width), q), 3) for q in qs}
+
+
 def window_stats(
     bounds: Sequence[tuple[float, float]],
     samples: Sequence[Sample],
@@ -357,6 +387,7 @@ def window_stats(
     recovery_s: float,
     restarts: Sequence[Mapping[str, Any]],
     episodes: Sequence[Mapping[str, Any]],
+    histograms: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Per window: chunk age, inference latency, controller jitter, underruns, restarts, host.
 
@@ -370,6 +401,7 @@ def window_stats(
         recovery_s: margin after each fault's end.
         restarts: each with ``t_s``.
         episodes: each with ``t_start_s``, ``success``.
+        histograms: the nodes' histogram readings (:attr:`SoakRecord.histograms`).
     """
     spans = [(f["start_s"], f["end_s"] + recovery_s) for f in faults]
     out = []
@@ -403,11 +435,13 @@ def window_stats(
         if inside:
             final = inside[-1]
             ctrl, infer = final.get("controller"), final.get("inference")
-            row["inference_wall_ms_since_node_start"] = {
-                q: _round(_float(infer, f"wall_ms_{q}"), 2) for q in ("p50", "p95", "max")
+            row["inference_wall_ms"] = {
+                **window_percentiles(histograms, "inference_wall", start, end, last, (50, 99)),
+                "max_since_node_start": _round(_float(infer, "wall_ms_max"), 2),
             }
+            jitter = window_percentiles(histograms, "controller_jitter", start, end, last, (99,))
             row["controller_jitter_ms"] = {
-                "p99_since_node_start": _round(_float(ctrl, "period_jitter_ms_p99"), 3),
+                "p99": jitter["p99"],
                 "max_since_node_start": _round(_float(ctrl, "period_jitter_ms_max"), 3),
                 "mean_in_window": _round(
                     jitter_mean_between(before[-1] if before else None, final), 4
@@ -458,14 +492,14 @@ def evaluate_goals(
     """Each goal's limit, measured value and verdict (``passed``: ``None`` when unmeasured).
 
     The memory goal is measured on the node that grows fastest; the jitter goal
-    on the window whose p99 is highest (its ``p99_since_node_start``).
+    on the window whose p99 is highest.
     """
     rates = {n: g.pct_per_h for n, g in growth.items() if g.pct_per_h is not None}
     worst_node = max(rates, key=lambda n: rates[n]) if rates else None
     jitter = [
-        (w["controller_jitter_ms"]["p99_since_node_start"], w["t_start_s"])
+        (w["controller_jitter_ms"]["p99"], w["t_start_s"])
         for w in windows
-        if w.get("controller_jitter_ms", {}).get("p99_since_node_start") is not None
+        if w.get("controller_jitter_ms", {}).get("p99") is not None
     ]
     worst_jitter = max(jitter) if jitter else None
 
@@ -490,7 +524,7 @@ def evaluate_goals(
             "limit": jitter_limit,
             "value": worst_jitter[0] if worst_jitter else None,
             "window_start_s": worst_jitter[1] if worst_jitter else None,
-            "basis": "p99_since_node_start of every window",
+            "basis": "the p99 of every window (its own histogram)",
             "passed": verdict(worst_jitter[0] if worst_jitter else None, jitter_limit),
         },
         "unexpected_exits_max": {
@@ -540,6 +574,7 @@ def build_report(
         settings["recovery_s"],
         record.restarts,
         episodes,
+        record.histograms,
     )
     growth = node_growth(record.samples, settings["warmup_s"])
     unrecovered = sum(1 for f in record.faults if f.recovered is False)
@@ -766,19 +801,19 @@ def plot_soak(report: Mapping[str, Any], path: Path) -> Path:
     axes[2].plot(mid, series("chunk_age_ms", "p50"), "o--", label="chunk age p50 (window)")
     axes[2].plot(
         mid,
-        series("inference_wall_ms_since_node_start", "p95"),
+        series("inference_wall_ms", "p99"),
         "s:",
-        label="inference wall p95 (since node start)",
+        label="inference wall p99 (window)",
     )
     axes[2].set_ylabel("ms")
     axes[2].legend(loc="upper left", fontsize=8)
     axes[3].bar(
         mid,
-        series("controller_jitter_ms", "p99_since_node_start"),
+        series("controller_jitter_ms", "p99"),
         width=width,
         color="tab:blue",
         alpha=0.6,
-        label="controller jitter p99 (since node start, at window end)",
+        label="controller jitter p99 (window)",
     )
     axes[3].plot(mid, series("controller_jitter_ms", "mean_in_window"), "k.", label="mean (window)")
     limit = report["goals"]["controller_jitter_p99_ms_max"]["limit"]

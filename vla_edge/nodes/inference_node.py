@@ -363,6 +363,10 @@ class InferenceNode(Node):
                 values[f"stage_ms.{stage}.p50"] = hist.percentile(50)
                 values[f"stage_ms.{stage}.p95"] = hist.percentile(95)
                 values[f"stage_ms.{stage}.max"] = hist.max
+            wall = self.stage_ms.get("wall")
+            if wall is not None:  # a reader with two readings has the histogram between them
+                values["stage_ms.wall.bins"] = wall.bins()
+                values["stage_ms.wall.bin_width"] = wall.bin_width
             values.update({f"errors.{k}": v for k, v in sorted(self.errors.items())})
             values["errors.total"] = sum(self.errors.values())
         values.update(self.bad_input.as_values())

@@ -1,7 +1,9 @@
 """Bounded-memory run statistics and bad-input accounting shared by the nodes.
 
 * :class:`Histogram` keeps fixed-width bins so a node can report run-long
-  percentiles (p50/p95/p99) on ``/diagnostics`` for hours without growing.
+  percentiles (p50/p95/p99) on ``/diagnostics`` for hours without growing; it
+  also publishes its non-empty bins, so a reader that keeps two readings has
+  the exact histogram of the time between them (:func:`bins_percentile`).
 * :class:`PeriodJitter` turns timer callback instants into period jitter.
 * :class:`BadInputCounter` counts bad input per cause and says when a cause is
   new, so a node logs each cause once and counts every occurrence.
@@ -57,8 +59,12 @@ class Histogram:
             return self.max
         return min((index + 1) * self.bin_width, self.max)
 
-    def summary(self, prefix: str) -> dict[str, float | int]:
-        """``{prefix}_p50``, ``_p95``, ``_p99``, ``_max``, ``_mean``, ``_count``."""
+    def bins(self) -> str:
+        """The non-empty bins, ``index:count`` pairs joined by ``,`` (the overflow bin last)."""
+        return ",".join(f"{i}:{self._bins[i]}" for i in np.flatnonzero(self._bins))
+
+    def summary(self, prefix: str) -> dict[str, float | int | str]:
+        """Percentiles (p50, p95, p99), max, mean, count, bins and bin width, ``{prefix}_…``."""
         return {
             f"{prefix}_p50": self.percentile(50),
             f"{prefix}_p95": self.percentile(95),
@@ -66,7 +72,48 @@ class Histogram:
             f"{prefix}_max": self.max,
             f"{prefix}_mean": self.mean,
             f"{prefix}_count": self.count,
+            f"{prefix}_bins": self.bins(),
+            f"{prefix}_bin_width": self.bin_width,
         }
+
+
+def parse_bins(text: str) -> dict[int, int]:
+    """:meth:`Histogram.bins` back to ``{index: count}``.
+
+    Raises:
+        ValueError: not ``index:count`` pairs of integers.
+    """
+    out: dict[int, int] = {}
+    for pair in filter(None, text.split(",")):
+        index, count = pair.split(":")
+        out[int(index)] = int(count)
+    return out
+
+
+def bins_percentile(
+    after: dict[int, int], before: dict[int, int] | None, bin_width: float, q: float
+) -> float | None:
+    """The ``q``-th percentile of the values recorded between two readings of a histogram.
+
+    Resolved to the upper edge of its bin (the overflow bin counts at its lower
+    edge). ``before`` is ``None`` (or holds more than ``after``: the node
+    restarted, its histogram began again) when ``after`` alone is the span.
+    ``None`` when nothing was recorded in between.
+    """
+    if before is not None and any(c > after.get(i, 0) for i, c in before.items()):
+        before = None
+    diff = {i: c - (before or {}).get(i, 0) for i, c in after.items()}
+    diff = {i: c for i, c in sorted(diff.items()) if c > 0}
+    total = sum(diff.values())
+    if total == 0:
+        return None
+    rank = max(1, math.ceil(q / 100.0 * total))
+    seen = 0
+    for index, count in diff.items():
+        seen += count
+        if seen >= rank:
+            return (index + 1) * bin_width
+    return None  # pragma: no cover - rank <= total
 
 
 class PeriodJitter:

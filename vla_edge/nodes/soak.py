@@ -107,6 +107,11 @@ INFERENCE_KEYS = {
     "dropped_frames": "dropped_frames",
 }
 SAFETY_KEYS = {"rejected": "rejected", "brake_ticks": "brake_ticks"}
+# histograms read at every sample: {name: (diagnostic status, node, key prefix)}
+HISTOGRAMS = {
+    "controller_jitter": ("vla_edge/controller", "controller_node", "period_jitter_ms_"),
+    "inference_wall": ("vla_edge/inference", "inference_node", "stage_ms.wall."),
+}
 
 
 class SoakSettingsError(ConfigError):
@@ -460,6 +465,17 @@ class SoakGraph(GraphProcesses):
 
 
 # ------------------------------------------------------------------ ROS side
+
+
+def _histogram(
+    values: Mapping[str, str], usage: tuple[Any, ...] | None, prefix: str
+) -> tuple[int | None, str, float] | None:
+    """``(pid, bins, bin width)`` of one published histogram; ``None`` if not there yet."""
+    try:
+        bins, width = values[f"{prefix}bins"], float(values[f"{prefix}bin_width"])
+    except (KeyError, ValueError):
+        return None
+    return (usage[0] if usage else None, bins, width)
 
 
 def _subset(values: Mapping[str, str], keys: Mapping[str, str]) -> dict[str, Any]:
@@ -912,6 +928,15 @@ class Soak:
 
         assert self.monitor is not None
         usage = self.graph.usage()
+        self.record.histograms.append(
+            {
+                "t_s": round(self.now_s(), 3),
+                **{
+                    name: _histogram(self.monitor.status(status), usage.get(node), key)
+                    for name, (status, node, key) in HISTOGRAMS.items()
+                },
+            }
+        )
         self.record.samples.append(
             {
                 "t_s": round(self.now_s(), 3),
