@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from ros_test_domain import DomainLease
 
+from vla_edge.bench import soak
 from vla_edge.bench import soak_report as st
-from vla_edge.nodes import soak
 from vla_edge.nodes.metrics import Histogram
 from vla_edge.sim.tasks import get_task, list_tasks
 

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
     "faults": ("vla_edge.faults.cli", "run the fault-injection suite"),
     "soak": (
-        "vla_edge.nodes.soak",
+        "vla_edge.bench.soak",
         "hours of the sim graph: episodes, instruction switches, mild faults; memory, jitter",
     ),
     "serve": ("vla_edge.runners.openpi_server", "serve a policy over the openpi protocol"),

@@ -1,6 +1,6 @@
 """The soak's report: its records, then windows, memory growth, underruns, goals, JSON and PNG.
 
-ROS-free: :mod:`vla_edge.nodes.soak` records the run into a :class:`SoakRecord`
+ROS-free: :mod:`vla_edge.bench.soak` records the run into a :class:`SoakRecord`
 (samples every few seconds, each chunk's age at arrival, the controller's
 underrun counts, the episodes and the injected faults); :func:`build_report`
 turns it into the JSON's figures and :func:`plot_soak` into the PNG.
@@ -106,7 +106,7 @@ class Fault:
         undo_at_s: when the soak undoes the action (respawn, SIGCONT, e-stop release).
         undone_s: when it did.
         end_s: when the graph was back (see :data:`DEFINITIONS`).
-        recovered: whether it came back in time (``vla_edge.nodes.soak.RECOVERY_TIMEOUT_S``);
+        recovered: whether it came back in time (``vla_edge.bench.soak.RECOVERY_TIMEOUT_S``);
             ``None`` when the soak ended first.
     """
 

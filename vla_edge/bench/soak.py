@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import platform
 import signal
 import sys
 import threading
@@ -343,32 +342,10 @@ def devfreq_mhz() -> dict[str, float] | None:
 
 
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
-    import psutil
+    """What the numbers were measured on (the benchmarks' record of the machine)."""
+    from vla_edge.bench.latency import machine_info
 
-    cpu_model = None
-    for line in (_read("/proc/cpuinfo") or "").splitlines():
-        if line.lower().startswith(("model name", "hardware", "cpu model")):
-            cpu_model = line.split(":", 1)[1].strip()
-            break
-    governors = sorted(
-        {
-            v
-            for v in map(_read, glob.glob("/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor"))
-            if v
-        }
-    )
-    return {
-        "cpu_model": cpu_model or platform.processor(),
-        "device_model": (_read("/proc/device-tree/model") or "").rstrip("\x00") or None,
-        "machine": platform.machine(),
-        "logical_cores": os.cpu_count(),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "governors": governors or None,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "load_average_at_start": [round(v, 2) for v in os.getloadavg()],
-    }
+    return machine_info()
 
 
 # ------------------------------------------------------------------ processes
@@ -1090,7 +1067,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m vla_edge.nodes.soak``."""
+    """``python -m vla_edge.bench.soak``."""
     parser = argparse.ArgumentParser(prog="vla-edge soak", description=__doc__.splitlines()[0])
     add_arguments(parser)
     try:
