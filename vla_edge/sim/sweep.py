@@ -195,13 +195,20 @@ def jobs(spec: SweepSpec, programs: dict[tuple[str, str, str], str]) -> list[dic
 
 
 def summarize_job(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row's figures from its episodes' records."""
+    """One row's figures from its episodes' records.
+
+    ``median_boundary_velocity_jump``: the median over episodes of each one's
+    largest velocity change at a chunk boundary; ``limited_ticks_pct``: the share
+    of control ticks in which the safety limiter changed the command.
+    """
     from vla_edge.sim.evaluator import wilson_interval
 
     results = [r["result"] for r in records]
     successes = sum(bool(r["success"]) for r in results)
     times = [r["time_s"] for r in results if r["success"]]
     low, high = wilson_interval(successes, len(results))
+    limited = sum(r["safety_counters"].get("limited_ticks", 0) for r in results)
+    ticks = sum(r["safety_counters"].get("ticks", 0) for r in results)
     return {
         "episodes": len(results),
         "successes": successes,
@@ -212,6 +219,10 @@ def summarize_job(records: list[dict[str, Any]]) -> dict[str, Any]:
         "max_boundary_velocity_jump": max(
             (r["max_boundary_velocity_jump"] for r in results), default=0.0
         ),
+        "median_boundary_velocity_jump": (
+            float(np.median([r["max_boundary_velocity_jump"] for r in results])) if results else 0.0
+        ),
+        "limited_ticks_pct": 100.0 * limited / ticks if ticks else 0.0,
         "rejected_chunks": sum(r["rejected"] for r in results),
     }
 
@@ -232,6 +243,8 @@ COLUMNS = (
     "wilson_high",
     "mean_completion_s",
     "max_boundary_velocity_jump",
+    "median_boundary_velocity_jump",
+    "limited_ticks_pct",
     "rejected_chunks",
 )
 
