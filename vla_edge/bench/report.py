@@ -482,6 +482,96 @@ def render_fleet(reports: Sequence[Json]) -> str:
     return _table(header, rows)
 
 
+def _scheme_label(row: Json) -> str:
+    return {"sync": "openpi sync", "lerobot": "LeRobot async"}.get(
+        row["scheme"], f"ours `{row['merge']}`"
+    )
+
+
+def render_side_by_side(reports: Sequence[Json]) -> str:
+    """One sweep: success per scheme and delay, completion time and the boundary jump."""
+    (sweep,) = reports
+    rows = sweep["rows"]
+    delays = sorted({r["delay_ms"] for r in rows})
+    by_label: dict[str, dict[float, Json]] = {}
+    for r in rows:
+        by_label.setdefault(_scheme_label(r), {})[r["delay_ms"]] = r
+    out = []
+    for label, per_delay in by_label.items():
+        cells = [
+            f"{_count(r['successes'], r['episodes'])} "
+            f"[{100 * r['wilson_low']:.0f}, {100 * r['wilson_high']:.0f}] %"
+            for r in (per_delay[d] for d in delays)
+        ]
+        times = " / ".join(_ms(per_delay[d]["mean_completion_s"]) for d in (delays[0], delays[-1]))
+        jump = max(r["max_boundary_velocity_jump"] for r in per_delay.values())
+        median = max(r["median_boundary_velocity_jump"] for r in per_delay.values())
+        limited = max(r["limited_ticks_pct"] for r in per_delay.values())
+        out.append([label, *cells, times, f"{median:.2f} / {jump:.2f}", f"{limited:.0f} %"])
+    header = [
+        "scheme",
+        *(f"{d:.0f} ms: successes [95 % Wilson]" for d in delays),
+        f"completion at {delays[0]:.0f} / {delays[-1]:.0f} ms (s)",
+        "velocity change at a chunk boundary, median / largest, worst delay (rad/s)",
+        "ticks the safety node limited, worst delay",
+    ]
+    return _table(header, out)
+
+
+def render_long_horizon(runs: Sequence[Json]) -> str:
+    """Long-horizon tasks per way of instructing them (the sequencer, the whole instruction)."""
+    labels = ["sequencer" if run["settings"]["sequencer"] else "whole instruction" for run in runs]
+    rows = []
+    for name in runs[0]["tasks"]:
+        row = [_title(name)]
+        for run in runs:
+            t = run["tasks"][name]
+            row += [
+                _count(t["successes"], t["episodes"]),
+                f"{t['mean_subtasks_done']:.2f}",
+                _ms(t["mean_completion_time_s"]),
+            ]
+        rows.append(row)
+    totals = ["**all**"]
+    for run in runs:
+        tasks = run["tasks"].values()
+        done = sum(t["mean_subtasks_done"] * t["episodes"] for t in tasks)
+        episodes = sum(t["episodes"] for t in tasks)
+        totals += [_total(*_successes(run)), f"{done / episodes:.2f}", ""]
+    rows.append(totals)
+    header = ["task"]
+    for label in labels:
+        header += [f"{label}: successes", "sub-tasks held at the end (mean)", "completion (s)"]
+    return _table(header, rows)
+
+
+def render_switch(reports: Sequence[Json]) -> str:
+    """Episodes whose instruction changes at a set time, judged on the new task."""
+    from vla_edge.sim.tasks import get_task, sub_tasks
+
+    (run,) = reports
+    rows = []
+    for name, t in run["tasks"].items():
+        task = get_task(name)
+        first, then = sub_tasks(task)
+        rows.append(
+            [
+                f"{_title(first.name)} → {_title(then.name)} at {task.switch_at_s:.0f} s",
+                _count(t["successes"], t["episodes"]),
+                _ms(t["mean_completion_time_s"]),
+                f"{t['max_switch_boundary_velocity_jump']:.2f}",
+            ]
+        )
+    rows.append(["**all**", _total(*_successes(run)), "", ""])
+    header = [
+        "switch",
+        "successes on the new task",
+        "completion (s)",
+        "largest velocity change at the switch (rad/s)",
+    ]
+    return _table(header, rows)
+
+
 def render_loop(reports: Sequence[Json]) -> str:
     """A random-weight imported model in the closed loop: each run's figures and checks."""
     rows = []
@@ -817,7 +907,7 @@ def render_sim(reports: Sequence[Json]) -> str:
 
 def render_summary(reports: Sequence[Json]) -> str:
     """The headline numbers for README.md."""
-    seed0, seed1, parity, *latencies, control, graph, faults = reports
+    seed0, seed1, parity, *latencies, control, graph, faults, sweep, sequenced, switch = reports
     both = [a + b for a, b in zip(_successes(seed0), _successes(seed1), strict=True)]
     worst = min(
         t["successes"] / t["episodes"] for run in (seed0, seed1) for t in run["tasks"].values()
@@ -867,8 +957,35 @@ def render_summary(reports: Sequence[Json]) -> str:
             f"{faults['passed']}/{total} pass, {violations} limit violations",
             "all pass",
         ],
+        [
+            "execution schemes, delays 0–300 ms: success (median boundary jump)",
+            _schemes_summary(sweep),
+            "ours ahead, no jump",
+        ],
+        [
+            "long-horizon tasks with the sequencer; instruction switches",
+            f"{_total(*_successes(sequenced))}; {_total(*_successes(switch))}",
+            "–",
+        ],
     ]
     return _table(["measure", "result", "target"], rows)
+
+
+def _schemes_summary(sweep: Json) -> str:
+    """Successes over every delay per scheme (ours: its best merge), and the median jump."""
+    totals: dict[str, list[float]] = {}
+    for r in sweep["rows"]:
+        total = totals.setdefault(_scheme_label(r), [0, 0, 0.0])
+        total[0] += r["successes"]
+        total[1] += r["episodes"]
+        total[2] = max(total[2], r["median_boundary_velocity_jump"])
+    ours = max((k for k in totals if k.startswith("ours")), key=lambda k: totals[k][0])
+    parts = [
+        f"{label} {100 * s / n:.1f} % ({jump:.2f} rad/s)"
+        for label, (s, n, jump) in totals.items()
+        if label == ours or not label.startswith("ours")
+    ]
+    return "; ".join(parts)
 
 
 # ---------------------------------------------------------------- the registry
@@ -999,6 +1116,26 @@ TABLES: tuple[Table, ...] = (
         render_fleet,
     ),
     Table(
+        "side_by_side",
+        (_r("sweep_side_by_side.json"),),
+        "`vla-edge sweep config/sweeps/side_by_side.yaml --out OUT --workers 2` (`sweep.json`)",
+        render_side_by_side,
+    ),
+    Table(
+        "long_horizon",
+        (_r("eval_long_sequencer_bundled.json"),),
+        "`vla-edge eval --policy bundled --suite tabletop_long --sequencer --episodes 50 "
+        "--threads 1 --workers 2 --json OUT`",
+        render_long_horizon,
+    ),
+    Table(
+        "switch",
+        (_r("eval_switch_bundled.json"),),
+        "`vla-edge eval --policy bundled --suite tabletop_switch --episodes 50 --threads 1 "
+        "--workers 2 --json OUT`",
+        render_switch,
+    ),
+    Table(
         "control",
         (_r("bench_control.json"),),
         "`vla-edge bench control --json OUT`",
@@ -1050,6 +1187,9 @@ SUMMARY = Table(
         _r("bench_control.json"),
         _r("launch_sim_expert_600s.json"),
         _r("faults_virtual_ensemble.json"),
+        _r("sweep_side_by_side.json"),
+        _r("eval_long_sequencer_bundled.json"),
+        _r("eval_switch_bundled.json"),
     ),
     "`vla-edge report`",
     render_summary,
