@@ -1123,9 +1123,9 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "long_horizon",
-        (_r("eval_long_sequencer_bundled.json"),),
-        "`vla-edge eval --policy bundled --suite tabletop_long --sequencer --episodes 50 "
-        "--threads 1 --workers 2 --json OUT`",
+        (_r("eval_long_sequencer_bundled.json"), _r("eval_long_bundled.json")),
+        "`vla-edge eval --policy bundled --suite tabletop_long --episodes 50 --threads 1 "
+        "--workers 2 --json OUT`, with `--sequencer` and without",
         render_long_horizon,
     ),
     Table(
