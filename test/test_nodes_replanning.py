@@ -84,9 +84,10 @@ def long_graph(tmp_path_factory):
         lease.release()
 
 
-def _largest_velocity_change(commands: np.ndarray, period_s: float) -> float:
+def _largest_velocity_change(commands: np.ndarray, period_s: float) -> np.ndarray:
+    """Per joint: the largest change of commanded velocity between two ticks."""
     velocity = np.diff(commands, axis=0) / period_s
-    return float(np.abs(np.diff(velocity, axis=0)).max()) if len(velocity) > 1 else 0.0
+    return np.abs(np.diff(velocity, axis=0)).max(axis=0)
 
 
 def test_the_sequencer_sends_each_sub_task_and_the_motion_goes_on_without_a_jump(long_graph):
@@ -108,7 +109,7 @@ def test_the_sequencer_sends_each_sub_task_and_the_motion_goes_on_without_a_jump
     window = commands[(t >= t_switch - 0.5) & (t <= t_switch + 3.0)]
     assert len(window) > 100
     change = _largest_velocity_change(window, 1.0 / CONTROLLER.rate_hz)
-    assert change < min(SAFETY.velocity_limit_per_s), change
+    assert np.all(change < np.asarray(SAFETY.velocity_limit_per_s)), change  # each joint's own
     assert not processes.exited(), _logs(processes)
 
 
