@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vla_edge.nodes.graph import graph, policy_parameters
-from vla_edge.sim.tasks import suite_of
+from vla_edge.nodes.graph import graph, policy_parameters, sim_parameters
 
 PROFILE = "sim"
 
@@ -46,10 +45,8 @@ def node_arguments(
     for spec in graph(PROFILE, namespace):
         kwargs = spec.launch_kwargs()
         overrides: dict[str, Any] = {}
-        if spec.name == "sim_node" and task:
-            overrides.update(task=task, suite=suite_of(task))
-        if spec.name == "sim_node" and sequencer:
-            overrides["sequencer"] = True
+        if spec.name == "sim_node":
+            overrides.update(sim_parameters(task, sequencer))
         if spec.name == "inference_node" and policy:
             overrides.update(policy_parameters(policy))
         if overrides:

@@ -11,6 +11,8 @@ nodes that two workers create in-process never discover each other.
 
 import os
 
+import pytest
+
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 
@@ -20,3 +22,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _WORKER_DOMAIN = DomainLease()
     os.environ["ROS_DOMAIN_ID"] = str(_WORKER_DOMAIN.domain)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+
+
+@pytest.fixture(scope="module")
+def configs():
+    """The package's controller and safety configurations (``config/*.yaml``)."""
+    from vla_edge.config.loader import load_node_params
+    from vla_edge.config.models import ControllerConfig, SafetyConfig
+    from vla_edge.config.paths import config_path
+
+    controller = load_node_params(
+        config_path("controller.yaml"), "controller_node", ControllerConfig
+    )
+    safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
+    return controller, safety

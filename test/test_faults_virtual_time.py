@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import ControllerConfig, InferenceConfig, SafetyConfig
+from vla_edge.config.models import InferenceConfig
 from vla_edge.config.paths import config_path
 from vla_edge.faults.harness import FaultHarness, HarnessSettings
 from vla_edge.faults.metrics import score
@@ -19,14 +19,6 @@ pytest.importorskip("mujoco")
 SCENARIOS = load_suite("default")
 
 PARAMS = list(SCENARIOS)
-
-
-@pytest.fixture(scope="module")
-def configs() -> tuple[ControllerConfig, SafetyConfig]:
-    return (
-        load_node_params(config_path("controller.yaml"), "controller_node", ControllerConfig),
-        load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig),
-    )
 
 
 @pytest.fixture(scope="module")

@@ -8,20 +8,18 @@ the motion in progress without a jump. A bad instruction on the same topic is
 counted by the inference node and changes nothing.
 """
 
-import os
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from ros_test_domain import DomainLease
-from test_nodes_ros_graph import Probe, _logs, _num, wait_for
+from test_nodes_ros_graph import Probe, _logs, _num, running_graph, wait_for
 
 from vla_edge.config import load_node_params
 from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.nodes import graph as g
-from vla_edge.nodes.launch_cli import GraphProcesses, overrides_for
+from vla_edge.nodes.launch_cli import overrides_for
 from vla_edge.sim.tasks import get_task, sub_tasks
 
 pytestmark = pytest.mark.ros
@@ -60,28 +58,10 @@ class InstructionProbe(Probe):
 
 @pytest.fixture(scope="module")
 def long_graph(tmp_path_factory):
-    lease = DomainLease()
-    saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
-    os.environ["ROS_DOMAIN_ID"] = str(lease.domain)
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    processes = GraphProcesses(
-        "sim",
-        overrides_for("sim", TASK, "expert", sequencer=True),
-        log_dir=tmp_path_factory.mktemp("replanning_logs"),
-    )
-    probe = InstructionProbe()
-    processes.start()
-    try:
-        yield processes, probe
-    finally:
-        processes.stop()
-        probe.close()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        lease.release()
+    overrides = overrides_for("sim", TASK, "expert", sequencer=True)
+    log_dir = tmp_path_factory.mktemp("replanning_logs")
+    with running_graph(overrides, log_dir, InstructionProbe) as graph:
+        yield graph
 
 
 def _largest_velocity_change(commands: np.ndarray, period_s: float) -> np.ndarray:

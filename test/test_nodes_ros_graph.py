@@ -10,6 +10,7 @@ the scene (``/sim_node/reset`` re-places the objects; the arm stays) to get the
 arm moving again.
 """
 
+import contextlib
 import itertools
 import os
 import signal
@@ -166,19 +167,15 @@ def _at_rest(probe: Probe, store, window_s: float, tol: float = 1e-6) -> bool:
     return len(t) >= int(window_s * 50) and float(np.max(np.ptp(values, axis=0))) <= tol
 
 
-@pytest.fixture(scope="module")
-def ros_graph(tmp_path_factory):
+@contextlib.contextmanager
+def running_graph(overrides, log_dir, probe_type=Probe):
+    """The sim graph's processes with ``overrides`` and a probe, on a ROS domain of their own."""
     lease = DomainLease()
-    domain = str(lease.domain)
     saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
-    os.environ["ROS_DOMAIN_ID"] = domain
+    os.environ["ROS_DOMAIN_ID"] = str(lease.domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    processes = GraphProcesses(
-        "sim",
-        overrides_for("sim", TASK, "expert"),
-        log_dir=tmp_path_factory.mktemp("ros_graph_logs"),
-    )
-    probe = Probe()
+    processes = GraphProcesses("sim", overrides, log_dir=log_dir)
+    probe = probe_type()
     processes.start()
     try:
         yield processes, probe
@@ -191,6 +188,13 @@ def ros_graph(tmp_path_factory):
             else:
                 os.environ[key] = value
         lease.release()
+
+
+@pytest.fixture(scope="module")
+def ros_graph(tmp_path_factory):
+    overrides = overrides_for("sim", TASK, "expert")
+    with running_graph(overrides, tmp_path_factory.mktemp("ros_graph_logs")) as graph:
+        yield graph
 
 
 def _logs(processes: GraphProcesses) -> str:

@@ -37,9 +37,7 @@ from vla_edge.archs.common import ImportOptions
 from vla_edge.archs.import_cli import default_robot, import_checkpoint
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model
 from vla_edge.archs.pi0.config import GemmaSize
-from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import ControllerConfig, SafetyConfig
-from vla_edge.config.paths import config_path
 from vla_edge.core.errors import ActionSpaceError, NonFiniteChunkError, RemoteRunnerError
 from vla_edge.core.types import Observation
 from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
@@ -197,15 +195,6 @@ def copy_with_manifest(
         data["normalisation"]["actions"] = actions
     (dst / MANIFEST_NAME).write_text(json.dumps(data))
     return dst
-
-
-@pytest.fixture(scope="module")
-def configs() -> tuple[ControllerConfig, SafetyConfig]:
-    controller = load_node_params(
-        config_path("controller.yaml"), "controller_node", ControllerConfig
-    )
-    safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
-    return controller, safety
 
 
 @pytest.mark.parametrize("kind", list(SPACES))

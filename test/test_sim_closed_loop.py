@@ -5,9 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import ControllerConfig, SafetyConfig
-from vla_edge.config.paths import config_path
 from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.faults.harness import FaultHarness, HarnessSettings
@@ -42,15 +39,6 @@ class RisingRunner:
 
     def close(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def configs() -> tuple[ControllerConfig, SafetyConfig]:
-    controller = load_node_params(
-        config_path("controller.yaml"), "controller_node", ControllerConfig
-    )
-    safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
-    return controller, safety
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import ControllerConfig, SafetyConfig
-from vla_edge.config.paths import config_path
 from vla_edge.core.errors import ConfigError, NonFiniteChunkError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
@@ -37,15 +34,6 @@ class StandStillRunner:
 
     def close(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def configs() -> tuple[ControllerConfig, SafetyConfig]:
-    controller = load_node_params(
-        config_path("controller.yaml"), "controller_node", ControllerConfig
-    )
-    safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
-    return controller, safety
 
 
 @pytest.fixture(scope="module")

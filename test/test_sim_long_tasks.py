@@ -8,9 +8,6 @@ import numpy as np
 import pytest
 
 from vla_edge.cli import main as cli_main
-from vla_edge.config.loader import load_node_params
-from vla_edge.config.models import ControllerConfig, SafetyConfig
-from vla_edge.config.paths import config_path
 from vla_edge.core.errors import ConfigError, UnknownTaskError
 from vla_edge.core.types import Observation
 from vla_edge.policy.tokenizer import InstructionTokenizer
@@ -23,6 +20,7 @@ from vla_edge.sim.tasks import (
     PLATE_TOP_M,
     SWITCH_SUITE,
     TASKS,
+    InstructionSchedule,
     active_task,
     check_task,
     get_task,
@@ -52,15 +50,6 @@ class RecordingRunner:
 
     def close(self) -> None:
         self.runner.close()
-
-
-@pytest.fixture(scope="module")
-def configs() -> tuple[ControllerConfig, SafetyConfig]:
-    controller = load_node_params(
-        config_path("controller.yaml"), "controller_node", ControllerConfig
-    )
-    safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
-    return controller, safety
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +133,21 @@ def test_the_instruction_in_force_follows_the_switch_time_and_the_sequencer():
         "lift_green_block",
         "lift_green_block",
     ]
+
+
+def test_the_schedule_moves_on_only_when_the_current_sub_task_holds():
+    task = get_task("red_in_bowl_then_blue_on_plate")
+    scene = _scene(task.name)
+    schedule = InstructionSchedule(task, sequencer=True)
+    schedule.advance(scene)
+    assert schedule.active(5.0).name == "pick_red_block_into_bowl"
+    scene.positions_m["red_block"] = scene.positions_m["bowl"] + [0.0, 0.0, 0.02]
+    schedule.advance(scene)
+    schedule.advance(scene)  # never past the last sub-task
+    assert schedule.done == 1 and schedule.active(5.0).name == "put_blue_block_on_plate"
+    whole = InstructionSchedule(task)
+    whole.advance(scene)
+    assert whole.done == 0 and whole.active(5.0) is task
 
 
 @pytest.mark.parametrize("name", list_tasks(LONG_SUITE))

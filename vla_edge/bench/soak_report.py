@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from vla_edge.nodes.metrics import bins_percentile, parse_bins
+
 Sample = Mapping[str, Any]
 
 # The goals of the soak (issue 34): memory growth after warm-up, no underrun outside
@@ -363,8 +365,6 @@ def window_percentiles(
     The window's histogram is the last reading in it minus the last one before
     it (the whole last reading when the node restarted in between).
     """
-    from vla_edge.nodes.metrics import bins_percentile, parse_bins
-
     empty: dict[str, float | None] = {f"p{q:g}": None for q in qs}
     inside = [r for r in readings if r.get(name) and _in_window(r["t_s"], start, end, last)]
     if not inside:

@@ -302,6 +302,20 @@ def policy_parameters(policy: str) -> dict[str, Any]:
     return {"backend": backend, "model_path": policy}
 
 
+def sim_parameters(task: str | None, sequencer: bool = False) -> dict[str, Any]:
+    """Sim-node parameter overrides for ``--task`` (any suite: its suite too) and ``--sequencer``.
+
+    Raises:
+        UnknownTaskError: ``task`` is in no suite.
+    """
+    from vla_edge.sim.tasks import suite_of
+
+    overrides: dict[str, Any] = {"task": task, "suite": suite_of(task)} if task else {}
+    if sequencer:
+        overrides["sequencer"] = True
+    return overrides
+
+
 def policy_string(backend: str, model_path: str, remote_url: str) -> str:
     """The ``make_runner`` policy string an inference config names."""
     if backend == "expert":

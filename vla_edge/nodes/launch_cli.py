@@ -37,6 +37,7 @@ from vla_edge.nodes.graph import (
     graph,
     normalize_namespace,
     policy_parameters,
+    sim_parameters,
 )
 from vla_edge.nodes.process_group import stop_all
 from vla_edge.sim.tasks import check_task, suite_of
@@ -209,12 +210,9 @@ def overrides_for(
     """
     overrides: dict[str, dict[str, Any]] = {}
     names = {spec.name for spec in graph(profile)}
-    if "sim_node" in names:
-        sim: dict[str, Any] = {"task": task, "suite": suite_of(task)} if task else {}
-        if sequencer:
-            sim["sequencer"] = True
-        if sim:
-            overrides["sim_node"] = sim
+    sim = sim_parameters(task, sequencer)
+    if "sim_node" in names and sim:
+        overrides["sim_node"] = sim
     if "inference_node" in names:
         inference: dict[str, Any] = policy_parameters(policy) if policy else {}
         if threads is not None:

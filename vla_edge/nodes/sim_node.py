@@ -54,7 +54,7 @@ from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import declare_config
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
-from vla_edge.sim.tasks import active_task, check_task, is_success, sub_tasks
+from vla_edge.sim.tasks import InstructionSchedule, check_task
 
 DIAGNOSTIC_NAME = "vla_edge/sim"
 # Parameters read again on each ``~/reset`` (writable); the others are read at start.
@@ -108,7 +108,7 @@ class SimNode(Node):
         self.steps = 0
         self.late_steps = 0
         self.success = False
-        self.subtasks_done = 0
+        self.schedule = InstructionSchedule(self.env.task, self.config.sequencer)
         self.instruction = ""
         self.instruction_changes = 0
         self.commands = 0
@@ -194,7 +194,7 @@ class SimNode(Node):
         self.targets = self.env.state()
         self.episode += 1
         self.success = False
-        self.subtasks_done = 0
+        self.schedule = InstructionSchedule(self.env.task, self.config.sequencer)
         self.instruction = ""
         self._follow_task()
         self.success_pub.publish(Bool(data=False))
@@ -342,10 +342,8 @@ class SimNode(Node):
 
     def _follow_task(self) -> None:
         """Publish the instruction in force when it changes (a switch, the sequencer's next)."""
-        task, subs = self.env.task, sub_tasks(self.env.task)
-        if self.config.sequencer and self.subtasks_done + 1 < len(subs):
-            self.subtasks_done += int(is_success(subs[self.subtasks_done], self.env.scene_state()))
-        active = active_task(task, self.env.time_s, self.subtasks_done, self.config.sequencer)
+        self.schedule.advance(self.env.scene_state())
+        active = self.schedule.active(self.env.time_s)
         if active.instruction != self.instruction:
             self.instruction_changes += int(bool(self.instruction))  # not the episode's first
             self.instruction = self.env.instruction = active.instruction
@@ -372,7 +370,7 @@ class SimNode(Node):
             "late_steps_dropped": self.late_steps,
             "commands_received": self.commands,
             "success": int(self.success),
-            "subtasks_done": self.subtasks_done,
+            "subtasks_done": self.schedule.done,
             "instruction_changes": self.instruction_changes,
             "penetrating_contacts": self.env.penetrating_contacts(),
             "loop_scheduler": self.loop.scheduler,

@@ -217,6 +217,10 @@ class OnRequestCamera:
         self.instruction = instruction
         self._request: tuple[float, ActionChunk | None] | None = None
 
+    def put_instruction(self, instruction: str) -> None:
+        """The instruction of the next observation."""
+        self.instruction = instruction
+
     def put_frames(self, frames: list[Observation]) -> None:
         """Nothing is streamed."""
 
@@ -272,6 +276,10 @@ class StreamingCameras:
             limits=CameraHealthLimits.from_config(config),
             clock_step_threshold_s=config.clock_step_threshold_s,
         )
+        self.slot.put_instruction(instruction)
+
+    def put_instruction(self, instruction: str) -> None:
+        """A new instruction, as the inference node takes it from its topic."""
         self.slot.put_instruction(instruction)
 
     def put_frames(self, frames: list[Observation]) -> None:
@@ -433,10 +441,8 @@ class ClosedLoop:
         """
         self.instruction = instruction
         self.env.instruction = instruction
-        if isinstance(self.observations, OnRequestCamera):
-            self.observations.instruction = instruction
-        elif self.observations is not None:
-            self.observations.slot.put_instruction(instruction)
+        if self.observations is not None:
+            self.observations.put_instruction(instruction)
 
     # --- one tick ---------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, Safety
 from vla_edge.core.errors import ConfigError
 from vla_edge.runners.base import Runner
 from vla_edge.sim.closed_loop import ClosedLoop, LoopSettings, SyncBroker
-from vla_edge.sim.tasks import Task, active_task, is_success, sub_tasks
+from vla_edge.sim.tasks import InstructionSchedule, Task, is_success, sub_tasks
 
 SCHEMES = ("async", "sync", "lerobot")
 
@@ -173,11 +173,8 @@ def run_episode(
     time, and with ``settings.sequencer`` a ``sequence``'s advances to the next
     sub-task when the current one holds (checked with the success predicate).
     """
-    subs = sub_tasks(task)
-    done = 0
-    instruction = _instruction(
-        active_task(task, 0.0, done, settings.sequencer), settings, init_state_id
-    )
+    schedule = InstructionSchedule(task, settings.sequencer)
+    instruction = _instruction(schedule.active(0.0), settings, init_state_id)
     spec = runner.spec
     cfg = controller_config_for(controller_base, settings, spec.chunk_horizon, spec.dt_action_s)
     period_s = 1.0 / cfg.rate_hz
@@ -197,9 +194,7 @@ def run_episode(
     switch_arrival_tick: int | None = None
     tick = 0
     while env.time_s < budget_s:
-        wanted = _instruction(
-            active_task(task, env.time_s, done, settings.sequencer), settings, init_state_id
-        )
+        wanted = _instruction(schedule.active(env.time_s), settings, init_state_id)
         if wanted != loop.instruction:
             loop.set_instruction(wanted)
             changes += 1
@@ -230,8 +225,7 @@ def run_episode(
             if env.success():
                 success = True
                 break
-            if settings.sequencer and done + 1 < len(subs):
-                done += int(is_success(subs[done], env.scene_state()))
+            schedule.advance(env.scene_state())
 
     controller = loop.controller
     return EpisodeResult(
@@ -247,7 +241,7 @@ def run_episode(
         max_boundary_velocity_jump=boundary_jump,
         instruction_changes=changes,
         switch_boundary_velocity_jump=switch_jump,
-        subtasks_done=sum(is_success(sub, env.scene_state()) for sub in subs),
+        subtasks_done=sum(is_success(sub, env.scene_state()) for sub in sub_tasks(task)),
         safety_counters=dict(loop.safety.counters),
         controller_counters=dict(controller.core.counters) if controller is not None else {},
         inference_ms=loop.inference_wall_ms,

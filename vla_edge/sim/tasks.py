@@ -342,6 +342,31 @@ def active_task(task: Task, t_s: float, done: int = 0, sequencer: bool = False) 
     return task
 
 
+class InstructionSchedule:
+    """The task whose instruction is in force during one episode of ``task``.
+
+    The evaluator and the sim node both follow it: :meth:`advance` where they
+    check success (the sequencer moves on when the current sub-task holds),
+    :meth:`active` for the instruction at a time (:func:`active_task`).
+    """
+
+    def __init__(self, task: Task, sequencer: bool = False) -> None:
+        self.task = task
+        self.sequencer = sequencer
+        self.done = 0
+        """Sub-tasks of a ``sequence`` the sequencer has seen succeed."""
+        self._subs = sub_tasks(task)
+
+    def advance(self, scene: SceneState) -> None:
+        """With the sequencer: count the current sub-task done if it holds (never the last)."""
+        if self.sequencer and self.done + 1 < len(self._subs):
+            self.done += int(is_success(self._subs[self.done], scene))
+
+    def active(self, t_s: float) -> Task:
+        """The task whose instruction is in force at ``t_s``."""
+        return active_task(self.task, t_s, self.done, self.sequencer)
+
+
 def check_task(suite: str, task: str, init_state_id: int) -> None:
     """Refuse a scene the sim cannot reset to (the sim node at start and on reset, the launcher).
 
