@@ -102,13 +102,15 @@ def test_a_bad_instruction_is_counted_and_the_current_one_stays(long_graph):
     # (a NUL would not cross DDS: a ROS string ends there)
     bad["instruction_too_long"] = "lift " * 1000
 
-    def counted():
-        for text in bad.values():
-            probe.instruction_pub.publish(String(data=text))
-        status = probe.status("vla_edge/inference")
-        return all(_num(status, f"bad_input.{cause}") >= 1 for cause in bad)
+    # the subscription keeps the newest instruction only (depth 1), so one burst of
+    # several would count only its last: each cause is sent until it is counted
+    for cause, text in bad.items():
 
-    assert wait_for(counted, 8.0, period_s=0.2), probe.status("vla_edge/inference")
+        def counted(cause=cause, text=text):
+            probe.instruction_pub.publish(String(data=text))
+            return _num(probe.status("vla_edge/inference"), f"bad_input.{cause}") >= 1
+
+        assert wait_for(counted, 8.0, period_s=0.2), (cause, probe.status("vla_edge/inference"))
     time.sleep(1.2)  # a diagnostics period after the last one
     status = probe.status("vla_edge/inference")
     assert status.get("instruction") == before
