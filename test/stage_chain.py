@@ -1,8 +1,8 @@
 """An export's stage programs chained in the manifest's order on host tensors.
 
 The export tests feed each architecture's programs the eager reference's own host
-tensors and compare the action head's output with the eager stages, so a lowering
-error shows apart from the runner's host side.
+tensors (a looped stage called as its ``repeat`` says) and compare the action head's
+output with the eager stages, so a lowering error shows apart from the runner's host side.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_edge.export.manifest import load_manifest
+from vla_edge.export.manifest import load_manifest, run_stage
 from vla_edge.runners.programs import open_program
 
 
@@ -47,7 +47,14 @@ def chained_actions(
     values["host:prefix_mask"] = np.zeros((1, horizon), np.float32)
     for name in manifest.stage_order:
         spec = manifest.stages[name]
-        outs = programs[name].run([np.ascontiguousarray(values[t.source]) for t in spec.inputs])
+        program = programs[name]
+        outs = run_stage(
+            lambda args, program=program: program.run([np.ascontiguousarray(a) for a in args]),
+            spec.inputs,
+            spec.outputs,
+            spec.repeat,
+            values,
+        )
         values.update(
             {f"stage:{name}.{t.name}": v for t, v in zip(spec.outputs, outs, strict=True)}
         )

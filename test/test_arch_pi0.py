@@ -12,7 +12,7 @@ from transformers import PaliGemmaConfig
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 from transformers.models.paligemma.modeling_paligemma import PaliGemmaModel
 
-from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages, run_stages
+from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages, head_actions, run_stages
 from vla_edge.archs.pi0.layers import (
     MASKED_VALUE,
     AdaRMSNorm,
@@ -63,7 +63,7 @@ def setup(request):
 def host(example):
     (images,) = example["vision_encoder"]
     _, image_mask, token_ids, token_mask = example["fusion"]
-    _, _, _, state, noise, prefix_actions, _ = example["action_head"]
+    _, _, _, state, noise, prefix_actions, _, _, _ = example["action_head"]
     return images, image_mask, token_ids, token_mask, state, noise, prefix_actions
 
 
@@ -103,7 +103,7 @@ def test_stage_declarations_match_what_the_stages_take_and_return(setup):
         assert [tuple(t.shape) for t in got[name]] == [s.shape for s in specs]
     for name, specs in stages.inputs().items():
         assert [tuple(t.shape) for t in example[name]] == [s.shape for s in specs]
-        assert all(s.source.startswith(("host:", "stage:")) for s in specs)
+        assert all(s.source.startswith(("host:", "stage:", "repeat")) for s in specs)
     sources = [s.source for specs in stages.inputs().values() for s in specs]
     assert {s.removeprefix("host:") for s in sources if s.startswith("host:")} == {
         "images",
@@ -145,7 +145,7 @@ def test_pi0_reads_the_state_and_pi05_does_not(setup):
 
 def test_executed_prefix_rows_follow_the_flow_path_and_come_out_exact(setup, monkeypatch):
     model, stages, example = setup
-    keys, values, pad, state, noise, prefix_actions, _ = example["action_head"]
+    keys, values, pad, state, noise, prefix_actions = example["action_head"][:6]
     mask = torch.zeros(1, model.config.action_horizon)
     mask[:, :3] = 1.0
     seen: list[tuple[float, torch.Tensor]] = []
@@ -157,7 +157,7 @@ def test_executed_prefix_rows_follow_the_flow_path_and_come_out_exact(setup, mon
 
     monkeypatch.setattr(type(stages.action_head), "velocity", recording)
     with torch.no_grad():
-        out = stages.action_head(keys, values, pad, state, noise, prefix_actions, mask)
+        out = head_actions(stages, keys, values, pad, state, noise, prefix_actions, mask)
     assert torch.equal(out[:, :3], prefix_actions[:, :3])
     assert not torch.allclose(out[:, 3:], prefix_actions[:, 3:])
     assert [t for t, _ in seen] == euler_times(model.config.flow_steps)
@@ -172,8 +172,13 @@ def test_all_zero_prefix_mask_is_exactly_reference_sampling(setup):
     reference = model.sample_actions(images, image_mask, token_ids, token_mask, state, noise)
     with torch.no_grad():
         cache = stages.fusion(stages.vision_encoder(images), image_mask, token_ids, token_mask)
-        out = stages.action_head(
-            *cache, state, noise, prefix_actions, torch.zeros(1, model.config.action_horizon)
+        out = head_actions(
+            stages,
+            *cache,
+            state,
+            noise,
+            prefix_actions,
+            torch.zeros(1, model.config.action_horizon),
         )
     assert (out - reference).abs().max().item() <= 1e-5
 
@@ -187,8 +192,8 @@ def test_euler_starts_from_noise_at_t1_with_dt_minus_one_over_k(setup, monkeypat
         return torch.ones_like(x_t)
 
     monkeypatch.setattr(type(stages.action_head), "velocity", constant)
-    keys, values, pad, state, noise, prefix_actions, mask = example["action_head"]
-    out = stages.action_head(keys, values, pad, state, noise, prefix_actions, mask)
+    keys, values, pad, state, noise, prefix_actions, mask = example["action_head"][:7]
+    out = head_actions(stages, keys, values, pad, state, noise, prefix_actions, mask)
     steps = model.config.flow_steps
     assert len(calls) == steps
     assert calls[0][0] == 1.0 and torch.equal(calls[0][1], noise)
@@ -333,7 +338,8 @@ def test_expert_reads_the_prefix_cache_and_never_updates_it(setup):
             model.embed_images(images), image_mask, token_ids, token_mask
         )
         before = (k_all.clone(), v_all.clone())
-        stages.action_head(
+        head_actions(
+            stages,
             k_all,
             v_all,
             p_all,

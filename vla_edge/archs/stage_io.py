@@ -10,7 +10,7 @@ The pieces here are the same for every architecture:
 * :func:`image_prefix`: the slots' image tokens laid end to end, with their pad mask.
 * :func:`collect_prefix_cache`: the per-layer key/value cache of one pass over the prefix.
 * :func:`executed_prefix_masks`, :func:`on_flow_path`, :func:`default_executed_prefix`:
-  executed-prefix inpainting in the action head's unrolled Euler loop.
+  executed-prefix inpainting in the action head's Euler loop.
 """
 
 from __future__ import annotations
@@ -45,6 +45,10 @@ class StageSet:
         """Stage name → module, in run order."""
         return {name: getattr(self, name) for name in STAGE_NAMES}
 
+    def repeats(self) -> dict[str, dict[str, Any]]:
+        """Stage name → its loop (the manifest's ``repeat``) for a stage run as K calls; none."""
+        return {}
+
 
 def example_tensor(spec: TensorSpec, vocab_size: int, gen: torch.Generator) -> torch.Tensor:
     """A random tensor for ``spec``: token ids below ``vocab_size``, images in [-1, 1]."""
@@ -52,6 +56,8 @@ def example_tensor(spec: TensorSpec, vocab_size: int, gen: torch.Generator) -> t
         return torch.randint(0, vocab_size, spec.shape, generator=gen)
     if spec.name == "images":
         return torch.rand(spec.shape, generator=gen) * 2.0 - 1.0
+    if spec.name == "time":  # a flow time
+        return torch.rand(spec.shape, generator=gen)
     return torch.randn(spec.shape, generator=gen)
 
 

@@ -222,7 +222,7 @@ def host_sources(stages: Any) -> dict[str, dict[str, str]]:
 
 
 def stage_flops(arch: str, size: str, cameras: int) -> dict[str, int]:
-    """Floating-point operations of one call of each stage (a multiply-add counts 2).
+    """Floating-point operations of each stage per inference (a multiply-add counts 2).
 
     Counted with ``torch.utils.flop_counter`` on fake tensors (shapes only, no memory):
     matrix products, convolutions and attention; element-wise operations are not counted.
@@ -237,11 +237,13 @@ def stage_flops(arch: str, size: str, cameras: int) -> dict[str, int]:
             model = model_class(arch)(config).eval()
         stages = build_stages(arch, model)
         inputs = bench_inputs(stages, 0)
+        repeats = stages.repeats()
         for name, module in stages.modules().items():
             counter = FlopCounterMode(display=False)
             with counter:
                 module(*inputs[name])
-            flops[name] = int(counter.get_total_flops())
+            calls = int(repeats[name]["count"]) if name in repeats else 1  # a looped stage
+            flops[name] = calls * int(counter.get_total_flops())
     return flops
 
 

@@ -82,30 +82,56 @@ def _host_values(stages: Any, case: int, seed: int) -> dict[str, Any]:
     host: dict[str, Any] = {}
     for stage, names in sources.items():
         for source, value in zip(names.values(), values[stage], strict=True):
-            if source.startswith("host:"):
-                host[source] = value
+            if source.startswith("host:"):  # (x_t's first value is the noise: kept)
+                host.setdefault(source, value)
     return host
+
+
+def _declared(stages: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """Each stage's ``(inputs, outputs, repeat)``: its declared tensors and loop (or None)."""
+    from vla_edge.export.manifest import stage_repeat
+
+    inputs, outputs, repeats = stages.inputs(), stages.outputs(), stages.repeats()
+    return {
+        stage: (
+            inputs[stage],
+            outputs[stage],
+            None
+            if stage not in repeats
+            else stage_repeat(repeats[stage], tuple(inputs[stage]), tuple(outputs[stage]), stage),
+        )
+        for stage in STAGE_ORDER
+    }
 
 
 def _chain(
     run_stage: Any,
-    sources: dict[str, dict[str, str]],
-    outputs: dict[str, list[str]],
+    declared: dict[str, tuple[Any, Any, Any]],
     host: dict[str, Any],
+    convert: Any = None,
 ) -> tuple[dict[str, Any], dict[str, float]]:
-    """Run the three stages in order; every value by source, and each stage's ms.
+    """Run the three stages in order (a looped stage K calls); every value by source, and ms.
 
-    ``sources``: each stage's inputs (name -> source); ``outputs``: its output names.
+    ``declared``: :func:`_declared`; ``convert``: applied to a loop's per-call values.
     """
+    from vla_edge.export.manifest import run_stage as run_declared
+
     values = dict(host)
     ms: dict[str, float] = {}
     for stage in STAGE_ORDER:
-        args = [values[src] for src in sources[stage].values()]
+        inputs, outputs, repeat = declared[stage]
         t0 = time.perf_counter()
-        results = run_stage(stage, args)
+        results = run_declared(
+            lambda args, stage=stage: run_stage(stage, args),
+            inputs,
+            outputs,
+            repeat,
+            values,
+            convert,
+        )
         ms[stage] = (time.perf_counter() - t0) * 1e3
-        for name, value in zip(outputs[stage], results, strict=True):
-            values[f"stage:{stage}.{name}"] = value
+        for tensor, value in zip(outputs, results, strict=True):
+            values[f"stage:{stage}.{tensor.name}"] = value
     return values, ms
 
 
@@ -129,6 +155,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         stages = build_stages(args.arch, model)
     sources = host_sources(stages)
     outputs = {s: [t.name for t in v] for s, v in stages.outputs().items()}
+    declared = _declared(stages)
+    convert = None  # a program takes the loop's numpy values as they are
     cases = [_host_values(stages, case, args.seed) for case in range(PARITY_CASES)]
     if args.program_dir:
         t_load = time.perf_counter()
@@ -154,6 +182,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     else:
         modules = stages.modules()
+        convert = torch.from_numpy
 
         def run_stage(stage: str, inputs: list[Any]) -> list[Any]:
             with torch.inference_mode():
@@ -165,7 +194,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     step("parity cases")
     actions = []
     for case in cases:
-        values, _ = _chain(run_stage, sources, outputs, case)
+        values, _ = _chain(run_stage, declared, case, convert)
         out = values["stage:action_head.actions"]
         actions.append(np.asarray(out.numpy() if hasattr(out, "numpy") else out)[0])
     step("GEMM peak")
@@ -175,12 +204,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     step("timed runs")
     for i in range(args.warmup):
-        _chain(run_stage, sources, outputs, cases[i % len(cases)])
+        _chain(run_stage, declared, cases[i % len(cases)], convert)
     per_stage: dict[str, list[float]] = {s: [] for s in STAGE_ORDER}
     end_to_end: list[float] = []
     for i in range(args.runs):
         t0 = time.perf_counter()
-        _, ms = _chain(run_stage, sources, outputs, cases[i % len(cases)])
+        _, ms = _chain(run_stage, declared, cases[i % len(cases)], convert)
         end_to_end.append((time.perf_counter() - t0) * 1e3)
         for stage, value in ms.items():
             per_stage[stage].append(value)

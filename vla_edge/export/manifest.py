@@ -36,9 +36,25 @@ own tensors, so one runner per backend runs any architecture::
      ...architecture-specific fields}
 
 An input's ``source`` is ``host:<name>`` (a tensor the runner's numpy
-preprocessing makes, :data:`HOST_INPUTS`, declared in ``host``) or
+preprocessing makes, :data:`HOST_INPUTS`, declared in ``host``),
 ``stage:<stage>.<output>`` (an output of an earlier stage in
-``stage_order``). ``output`` names the stage output decoded into the chunk:
+``stage_order``) or ``repeat`` (see below).
+
+A stage may be one step of a loop the runner drives (optional)::
+
+    "repeat": {"count": K,
+               "inputs": {NAME: [value of call 1, ..., value of call K]},
+               "carry": {INPUT: OUTPUT}}
+
+The runner calls the program ``K`` times: an input whose source is ``repeat``
+takes its listed value for that call, an input in ``carry`` takes (from the
+second call on) the named output of the call before, and every other input
+keeps its value; the stage's outputs are those of the last call. π0's action
+head is one Euler step of the flow exported this way (``time`` per call,
+``x_t`` carried from ``actions``, first from ``host:noise``): lowering K
+unrolled steps takes memory that grows with the square of K, one step does not.
+
+``output`` names the stage output decoded into the chunk:
 ``[1, H, action_dim]`` normalised actions of which the first ``A`` are used, as
 many as ``normalisation.actions`` has statistics (a model padded to
 ``action_dim`` ignores the rest): ``N = len(joint_names)`` without an
@@ -115,6 +131,8 @@ HOST_INPUTS = (
     "prefix_mask",
 )
 """Tensors the runner's numpy preprocessing makes (a stage input's ``host:<name>``)."""
+REPEAT_SOURCE = "repeat"
+"""The source of an input whose value ``repeat.inputs`` lists per call."""
 INSTRUCTION_INPUTS = ("token_ids", "token_mask")
 """Host inputs that depend on the instruction only (a ``per_instruction`` stage may read them)."""
 PIXEL_RANGES = ((0.0, 1.0), (-1.0, 1.0))
@@ -161,6 +179,27 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class StageRepeat:
+    """A stage run as ``count`` calls of its program (the manifest's ``stages.<name>.repeat``).
+
+    ``inputs``: input name -> its value in each call; ``carry``: input name -> the
+    output of the previous call it takes from the second call on.
+    """
+
+    count: int
+    inputs: dict[str, tuple[np.ndarray, ...]]
+    carry: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "count": self.count,
+            "inputs": {name: [v.tolist() for v in values] for name, values in self.inputs.items()},
+            "carry": dict(self.carry),
+        }
+
+
+@dataclass(frozen=True)
 class StageSpec:
     """One exported program."""
 
@@ -171,6 +210,41 @@ class StageSpec:
     rate: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    repeat: StageRepeat | None = None
+
+
+def run_stage(
+    run: Any,
+    inputs: Any,
+    outputs: Any,
+    repeat: StageRepeat | None,
+    values: Any,
+    convert: Any = None,
+) -> list[Any]:
+    """A stage's outputs: its program called once, or ``repeat.count`` times.
+
+    Args:
+        run: the program (inputs in declared order -> outputs in declared order).
+        inputs, outputs: the stage's declared tensors (:class:`TensorSpec`).
+        repeat: the stage's loop, if any.
+        values: source -> value of every input not sourced ``repeat``.
+        convert: applied to each per-call value of ``repeat.inputs`` (numpy arrays)
+            before it is passed (e.g. to a torch tensor); default: as is.
+    """
+    args = [None if t.source == REPEAT_SOURCE else values[t.source] for t in inputs]
+    if repeat is None:
+        return list(run(args))
+    position = {t.name: i for i, t in enumerate(inputs)}
+    produced = {t.name: i for i, t in enumerate(outputs)}
+    result: list[Any] = []
+    for call in range(repeat.count):
+        for name, per_call in repeat.inputs.items():
+            value = per_call[call]
+            args[position[name]] = value if convert is None else convert(value)
+        result = list(run(list(args)))  # (each call its own list: a caller may keep it)
+        for name, output in repeat.carry.items():
+            args[position[name]] = result[produced[output]]
+    return result
 
 
 @dataclass(frozen=True)
@@ -654,7 +728,10 @@ def _validate_stages(
         outputs = _tensor_specs(where, f"{prefix}.outputs", entry["outputs"])
         if not outputs:
             raise ManifestMismatchError(f"{where}: field {prefix}.outputs is empty")
+        repeat = _validate_repeat(where, prefix, entry.get("repeat"), inputs, outputs)
         for tensor in inputs:
+            if tensor.source == REPEAT_SOURCE and repeat is not None:
+                continue  # its values were checked with the loop
             _check_source(
                 where,
                 f"{prefix}.inputs.{tensor.name}",
@@ -672,8 +749,91 @@ def _validate_stages(
             entry["rate"],
             inputs,
             outputs,
+            repeat,
         )
     return stages
+
+
+def stage_repeat(
+    raw: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...], name: str = "stage"
+) -> StageRepeat:
+    """Stage ``name``'s loop from its manifest form, checked against the stage's tensors.
+
+    Raises:
+        ManifestMismatchError: see :func:`_validate_repeat`.
+    """
+    repeat = _validate_repeat(f"stage {name}", f"stages.{name}", raw, inputs, outputs)
+    if repeat is None:
+        raise ManifestMismatchError(f"stage {name}: field stages.{name}.repeat is missing")
+    return repeat
+
+
+def _validate_repeat(
+    where: str,
+    prefix: str,
+    raw: Any,
+    inputs: tuple[TensorSpec, ...],
+    outputs: tuple[TensorSpec, ...],
+) -> StageRepeat | None:
+    """``stages.<name>.repeat``: a positive count, a value per call, carries that match."""
+    if raw is None:
+        return None
+    field = f"{prefix}.repeat"
+    if not isinstance(raw, dict) or set(raw) != {"count", "inputs", "carry"}:
+        raise ManifestMismatchError(
+            f"{where}: field {field} must be an object with count, inputs and carry"
+        )
+    count = raw["count"]
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ManifestMismatchError(f"{where}: field {field}.count = {count!r}, expected >= 1")
+    by_name = {t.name: t for t in inputs}
+    looped = {t.name for t in inputs if t.source == REPEAT_SOURCE}
+    if not isinstance(raw["inputs"], dict) or set(raw["inputs"]) != looped:
+        given = sorted(raw["inputs"]) if isinstance(raw["inputs"], dict) else raw["inputs"]
+        raise ManifestMismatchError(
+            f"{where}: field {field}.inputs names {given}, expected the inputs whose source "
+            f"is {REPEAT_SOURCE!r}: {sorted(looped)}"
+        )
+    values: dict[str, tuple[np.ndarray, ...]] = {}
+    for name, per_call in raw["inputs"].items():
+        spec = by_name[name]
+        if not isinstance(per_call, list) or len(per_call) != count:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.inputs.{name} must list {count} values (one per call)"
+            )
+        try:
+            arrays = tuple(np.asarray(v, dtype=spec.dtype) for v in per_call)
+        except (TypeError, ValueError) as exc:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.inputs.{name}: not {spec.dtype} values ({exc})"
+            ) from None
+        bad = [
+            i for i, a in enumerate(arrays) if a.shape != spec.shape or not np.all(np.isfinite(a))
+        ]
+        if bad:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.inputs.{name}[{bad[0]}] must be finite of shape "
+                f"{list(spec.shape)} (the input's)"
+            )
+        values[name] = arrays
+    carry = raw["carry"]
+    made = {t.name: t for t in outputs}
+    if not isinstance(carry, dict):
+        raise ManifestMismatchError(f"{where}: field {field}.carry must map inputs to outputs")
+    for name, output in carry.items():
+        if name not in by_name or name in looped or output not in made:
+            raise ManifestMismatchError(
+                f"{where}: field {field}.carry.{name} = {output!r}: expected an input of the "
+                f"stage not sourced {REPEAT_SOURCE!r} {sorted(set(by_name) - looped)} taking "
+                f"an output {sorted(made)}"
+            )
+        if (by_name[name].shape, by_name[name].dtype) != (made[output].shape, made[output].dtype):
+            raise ManifestMismatchError(
+                f"{where}: field {field}.carry.{name} = {output!r}: the input is "
+                f"{list(by_name[name].shape)} {by_name[name].dtype}, the output "
+                f"{list(made[output].shape)} {made[output].dtype}"
+            )
+    return StageRepeat(count, values, {str(k): str(v) for k, v in carry.items()})
 
 
 def _check_source(
@@ -729,10 +889,14 @@ def _check_source(
                 f"read the per_observation stage {stage}"
             )
         produced, origin = match[0], f"stages.{stage}.outputs.{output}"
+    elif source == REPEAT_SOURCE:
+        raise ManifestMismatchError(
+            f"{where}: field {field}.source = {source!r}, but the stage has no repeat"
+        )
     else:
         raise ManifestMismatchError(
-            f"{where}: field {field}.source = {source!r}, expected 'host:<name>' or "
-            "'stage:<stage>.<output>'"
+            f"{where}: field {field}.source = {source!r}, expected 'host:<name>', "
+            f"'stage:<stage>.<output>' or {REPEAT_SOURCE!r}"
         )
     if produced.dtype != tensor.dtype:
         raise ManifestMismatchError(

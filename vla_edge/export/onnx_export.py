@@ -20,8 +20,8 @@ from vla_edge.export.stages import StageProgram
 ONNX_OPSET = 18
 OPTIMIZE_MAX_PARAMS = 200_000_000
 """onnxscript's graph rewrites run on stages up to this many parameters. Their cost grows
-faster than the graph: the full-size π0 action head (18 layers, 10 unrolled flow steps)
-spent over 25 minutes in them. ONNX Runtime applies its own graph optimisations when it
+faster than the graph: the full-size π0 action head (18 layers), when its 10 flow steps
+were unrolled in one graph, spent over 25 minutes in them. ONNX Runtime applies its own graph optimisations when it
 loads a program, so a larger stage is written as traced."""
 
 

@@ -46,7 +46,7 @@ from vla_edge.archs.pi0.model import Pi0Model
 from vla_edge.archs.pi0.stages import STAGE_NAMES, Pi0Stages, build_stages
 from vla_edge.archs.policy_dir import TABLETOP_ROBOT
 from vla_edge.core.errors import ConfigError
-from vla_edge.export.manifest import BACKENDS, TensorSpec
+from vla_edge.export.manifest import BACKENDS, TensorSpec, stage_repeat
 from vla_edge.export.pipeline import prefix_flow_contract
 from vla_edge.export.quant_recipes import QuantRecipe
 from vla_edge.export.stages import StageProgram
@@ -207,7 +207,7 @@ def example_inputs(stages: Pi0Stages, seed: int = 0) -> dict[str, tuple[torch.Te
     chained = {
         "vision_encoder": ex["vision_encoder"],
         "fusion": (tokens, *ex["fusion"][1:]),
-        "action_head": (*cache, *head[3:6], prefix_mask),
+        "action_head": (*cache, *head[3:6], prefix_mask, *head[7:]),
     }
     return {
         name: tuple(t.detach().contiguous().clone() for t in tensors)
@@ -230,18 +230,24 @@ def pi0_stage_programs(model: Pi0Model, backend: str = "onnx", seed: int = 0) ->
 
         modules = xnnpack_stages(stages.vision_encoder, stages.fusion, stages.action_head)
     examples = example_inputs(stages, seed)
-    inputs, outputs = stages.inputs(), stages.outputs()
-    return [
-        StageProgram(
-            name,
-            modules[name],
-            examples[name],
-            tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name]),
-            tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name]),
-            "per_observation",
+    inputs, outputs, repeats = stages.inputs(), stages.outputs(), stages.repeats()
+    programs = []
+    for name in STAGE_NAMES:
+        declared_in = tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name])
+        declared_out = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name])
+        repeat = repeats.get(name)
+        programs.append(
+            StageProgram(
+                name,
+                modules[name],
+                examples[name],
+                declared_in,
+                declared_out,
+                "per_observation",
+                None if repeat is None else stage_repeat(repeat, declared_in, declared_out, name),
+            )
         )
-        for name in STAGE_NAMES
-    ]
+    return programs
 
 
 def export_pi0(

@@ -16,8 +16,8 @@ the reference's parameters (shared, not copied):
   ``pad @ triu(1) - 1`` and ``sum(pad)`` is ``pad @ 1`` (exact: integers
   below 2**24 in float32);
 * what depends only on constants is computed once at construction: the RoPE
-  inverse frequencies, the suffix's own block mask, and per Euler step the
-  sinusoidal time embedding;
+  inverse frequencies, the suffix's own block mask and the time embedding's
+  frequencies (the action head is one Euler step; its time is an input);
 * what depends only on the prefix (positions, RoPE tables, the mask, each
   layer's slice of the cache) is computed once per chunk, not once per step;
 * norms as 4-D means over the two innermost dims (XNNPACK's global average
@@ -43,11 +43,11 @@ from vla_edge.archs.pi0.layers import (
     MASKED_VALUE,
     AdaRMSNorm,
     attention_mask_2d,
-    sinusoidal_time_embedding,
+    time_frequencies,
 )
 from vla_edge.archs.pi0.stages import (
     ACTION_PROJECTIONS,
-    ActionHeadStage,
+    ActionHeadStep,
     FusionStage,
     VisionEncoderStage,
 )
@@ -318,9 +318,9 @@ class XnnpackFusion(nn.Module):
 
 
 class XnnpackActionHead(nn.Module):
-    """:class:`ActionHeadStage` (K unrolled Euler steps of the expert) for XNNPACK."""
+    """:class:`ActionHeadStep` (one Euler step of the expert) for XNNPACK."""
 
-    def __init__(self, stage: ActionHeadStage) -> None:
+    def __init__(self, stage: ActionHeadStep) -> None:
         super().__init__()
         c = stage.config
         self.config = c
@@ -329,7 +329,6 @@ class XnnpackActionHead(nn.Module):
             module = getattr(stage, name)
             setattr(self, name, KeptLinear(module) if name in KEPT_FP32 else module)
         self.pi05 = c.pi05
-        self.times = list(stage.times)
         self.dt = float(stage.dt)
         horizon, width = c.action_horizon, c.expert.width
         suffix = c.suffix_len
@@ -346,15 +345,13 @@ class XnnpackActionHead(nn.Module):
         self.register_buffer(
             "steps", torch.arange(suffix, dtype=torch.float32).reshape(1, suffix), persistent=False
         )
-        for i, t in enumerate(self.times):
-            emb = sinusoidal_time_embedding(torch.tensor([t], dtype=torch.float32), width)
-            if not self.pi05:
-                emb = emb.reshape(1, 1, width).repeat(1, horizon, 1)
-            self.register_buffer(f"time_emb_{i}", emb, persistent=False)
+        # the time embedding from the time input: constant frequencies, and ones that
+        # broadcast it over the horizon (a multiplication XNNPACK takes, not an expand)
+        self.register_buffer("time_freqs", time_frequencies(width)[None, :], persistent=False)
+        self.register_buffer("over_horizon", torch.ones(1, horizon, 1), persistent=False)
 
-    def _condition(self, step: int) -> torch.Tensor:
-        """π0.5's adaRMS condition ``[1, W]`` at Euler step ``step``."""
-        emb = getattr(self, f"time_emb_{step}")
+    def _condition(self, emb: torch.Tensor) -> torch.Tensor:
+        """π0.5's adaRMS condition ``[1, W]`` from the time embedding ``[1, W]``."""
         return F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(emb))))
 
     def _ada(self, norm: AdaRMSNorm, cond: torch.Tensor) -> list[torch.Tensor]:
@@ -369,17 +366,19 @@ class XnnpackActionHead(nn.Module):
         mask: torch.Tensor,
         state: torch.Tensor,
         x_t: torch.Tensor,
-        step: int,
+        time: torch.Tensor,
     ) -> torch.Tensor:
         s, c = self, self.config
         width, horizon = c.expert.width, c.action_horizon
         actions = s.action_in_proj(x_t)
+        angle = time.reshape(1, 1) * self.time_freqs
+        emb = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
         cond = None
         if self.pi05:
-            cond = self._condition(step)
+            cond = self._condition(emb)
             x = actions
         else:
-            emb = getattr(self, f"time_emb_{step}")
+            emb = emb.reshape(1, 1, width) * self.over_horizon
             fused = s.action_time_mlp_out(
                 F.silu(s.action_time_mlp_in(torch.cat([actions, emb], dim=2)))
             )
@@ -412,8 +411,10 @@ class XnnpackActionHead(nn.Module):
         noise: torch.Tensor,
         prefix_actions: torch.Tensor,
         prefix_mask: torch.Tensor,
+        x_t: torch.Tensor,
+        time: torch.Tensor,
     ) -> torch.Tensor:
-        """Actions ``[1, H, action_dim]``, as :meth:`ActionHeadStage.forward`."""
+        """Actions ``[1, H, action_dim]`` after one step, as :meth:`ActionHeadStep.forward`."""
         c = self.config
         depth, _, kv_heads, length, head_dim = prefix_keys.shape
         cache = [
@@ -430,16 +431,15 @@ class XnnpackActionHead(nn.Module):
         )
         keep = prefix_mask.reshape(1, c.action_horizon, 1)
         free = 1.0 - keep
-        x_t = noise
-        for step, t in enumerate(self.times):
-            x_t = free * x_t + keep * (t * noise + (1.0 - t) * prefix_actions)
-            v_t = self._velocity(cache, rope, mask, state, x_t, step)
-            x_t = x_t + self.dt * v_t
+        t = time.reshape(1, 1, 1)
+        x_t = free * x_t + keep * (t * noise + (1.0 - t) * prefix_actions)
+        v_t = self._velocity(cache, rope, mask, state, x_t, time)
+        x_t = x_t + self.dt * v_t
         return free * x_t + keep * prefix_actions
 
 
 def xnnpack_stages(
-    vision: VisionEncoderStage, fusion: FusionStage, head: ActionHeadStage
+    vision: VisionEncoderStage, fusion: FusionStage, head: ActionHeadStep
 ) -> dict[str, nn.Module]:
     """The three stages rewritten for XNNPACK, in eval mode, sharing the reference's weights."""
     c = fusion.config

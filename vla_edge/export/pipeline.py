@@ -303,6 +303,7 @@ def export_stage(
         "rate": stage.rate,
         "inputs": [t.to_dict() for t in stage.inputs],
         "outputs": [t.to_dict() for t in stage.outputs],
+        **({} if stage.repeat is None else {"repeat": stage.repeat.to_dict()}),
         "export_s": round(export_s, 2),
         "check_max_abs": max_abs,
         **details,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vla_edge.export.manifest import TOKENIZER_NAME, TensorSpec
+from vla_edge.export.manifest import TOKENIZER_NAME, StageRepeat, TensorSpec
 from vla_edge.export.normalisation import mean_std_section
 from vla_edge.policy.config import LANGUAGE_DIM
 from vla_edge.policy.model import VlaPolicy
@@ -32,7 +32,8 @@ class StageProgram:
     """One stage to export: its module, example inputs and the manifest's I/O specs.
 
     ``rate``: ``per_instruction`` (run once per new instruction and cached) or
-    ``per_observation``.
+    ``per_observation``; ``repeat``: the program is one call of a loop the runner
+    drives (see :mod:`vla_edge.export.manifest`).
     """
 
     name: str
@@ -41,6 +42,7 @@ class StageProgram:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     rate: str = "per_observation"
+    repeat: StageRepeat | None = None
 
     @property
     def input_names(self) -> list[str]:

@@ -81,6 +81,7 @@ from vla_edge.export.manifest import (
     check_program_io,
     check_tokenizer,
     load_manifest,
+    run_stage,
 )
 from vla_edge.runners.base import NativeSpec, PolicyChunk, RunnerSpec, cache_put
 from vla_edge.runners.image_resize import FIT_MODES
@@ -366,7 +367,8 @@ class ExportedRunner:
     def _run_stage(self, name: str, values: dict[str, np.ndarray]) -> None:
         """Run stage ``name`` on its sources in ``values``; add its outputs there."""
         stage = self.manifest.stages[name]
-        outputs = self._programs[name].run([values[t.source] for t in stage.inputs])
+        program = self._programs[name]
+        outputs = run_stage(program.run, stage.inputs, stage.outputs, stage.repeat, values)
         for tensor, value in zip(stage.outputs, outputs, strict=True):
             values[f"stage:{name}.{tensor.name}"] = value
 

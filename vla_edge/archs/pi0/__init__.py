@@ -10,7 +10,13 @@
 
 from vla_edge.archs.pi0.config import GemmaSize, Pi0Config, SiglipSize
 from vla_edge.archs.pi0.model import Pi0Model, count_parameters
-from vla_edge.archs.pi0.stages import Pi0Stages, TensorSpec, build_stages, run_stages
+from vla_edge.archs.pi0.stages import (
+    Pi0Stages,
+    TensorSpec,
+    build_stages,
+    head_actions,
+    run_stages,
+)
 
 __all__ = [
     "GemmaSize",
@@ -21,5 +27,6 @@ __all__ = [
     "TensorSpec",
     "build_stages",
     "count_parameters",
+    "head_actions",
     "run_stages",
 ]

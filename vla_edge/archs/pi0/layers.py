@@ -96,10 +96,15 @@ def sinusoidal_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
         t: ``[B]`` flow times.
         dim: output width (even).
     """
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float32, device=t.device)
-    period = TIME_MIN_PERIOD * (TIME_MAX_PERIOD / TIME_MIN_PERIOD) ** fraction
-    angle = (1.0 / period * 2 * math.pi)[None, :] * t[:, None].float()
+    angle = time_frequencies(dim, t.device)[None, :] * t[:, None].float()
     return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+
+
+def time_frequencies(dim: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """``2π / p`` ``[dim // 2]`` of :func:`sinusoidal_time_embedding` (float32)."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float32, device=device)
+    period = TIME_MIN_PERIOD * (TIME_MAX_PERIOD / TIME_MIN_PERIOD) ** fraction
+    return 1.0 / period * 2 * math.pi
 
 
 def rope_cos_sin(

@@ -8,8 +8,13 @@ so ``torch.export.export(stage, inputs, strict=False)`` traces it:
 * ``fusion``: image tokens, slot mask, token ids and mask → the language model's per-layer
   post-RoPE key/value cache ``prefix_keys`` / ``prefix_values``
   ``[depth, 1, kv_heads, L_prefix, head_dim]`` and ``prefix_pad`` ``[1, L_prefix]``.
-* ``action_head``: the cache, state, explicit noise and an executed prefix → actions, with
-  the K Euler steps unrolled. Executed-prefix inpainting: before each step the rows under
+* ``action_head``: ONE Euler step of the flow: the cache, state, explicit noise, an executed
+  prefix, the actions so far ``x_t`` and the flow ``time`` → the actions after the step. The
+  runner calls it K times (:meth:`Pi0Stages.repeats`, the manifest's ``repeat``): ``time``
+  from :func:`~vla_edge.archs.pi0.layers.euler_times`, ``x_t`` the noise first and then the
+  previous call's ``actions``; :func:`head_actions` does the same in torch. Lowering the K
+  steps unrolled in one program takes memory growing with K² (out of memory at full size
+  here); one step does not. Executed-prefix inpainting: before each step the rows under
   ``prefix_mask`` are set to the flow path ``t * noise + (1 - t) * prefix_actions``, and the
   output rows under the mask equal ``prefix_actions``; an all-zero mask gives exactly
   :meth:`Pi0Model.sample_actions`.
@@ -96,8 +101,8 @@ class FusionStage(nn.Module, PrefixParts):
         return stacked_cache(*self.prefix_cache(embs, pad), pad)
 
 
-class ActionHeadStage(nn.Module, ActionParts):
-    """The prefix cache, state, noise and executed prefix → actions, K Euler steps unrolled.
+class ActionHeadStep(nn.Module, ActionParts):
+    """One Euler step: the prefix cache, state, noise, executed prefix, ``x_t``, ``time`` → actions.
 
     Holds only the action expert and the state/action/time projections.
     """
@@ -120,16 +125,18 @@ class ActionHeadStage(nn.Module, ActionParts):
         noise: torch.Tensor,
         prefix_actions: torch.Tensor,
         prefix_mask: torch.Tensor,
+        x_t: torch.Tensor,
+        time: torch.Tensor,
     ) -> torch.Tensor:
-        """Actions ``[1, H, action_dim]``; rows under ``prefix_mask`` equal ``prefix_actions``."""
+        """Actions ``[1, H, action_dim]`` after the step at ``time`` ``[1]`` from ``x_t``.
+
+        Rows under ``prefix_mask`` equal ``prefix_actions`` (the next step puts them back
+        on the flow path first, so after the last step they are the executed prefix).
+        """
         keep, free = executed_prefix_masks(prefix_mask)
-        x_t = noise
-        dt = torch.tensor(self.dt, dtype=torch.float32)
-        for t in self.times:
-            x_t = on_flow_path(x_t, t, noise, prefix_actions, keep, free)
-            time = torch.full((noise.shape[0],), t, dtype=torch.float32)
-            v_t = self.velocity(prefix_keys, prefix_values, prefix_pad, state, x_t, time)
-            x_t = x_t + dt * v_t
+        x_t = on_flow_path(x_t, time.reshape(1, 1, 1), noise, prefix_actions, keep, free)
+        v_t = self.velocity(prefix_keys, prefix_values, prefix_pad, state, x_t, time)
+        x_t = x_t + torch.tensor(self.dt, dtype=torch.float32) * v_t
         return free * x_t + keep * prefix_actions
 
 
@@ -140,7 +147,7 @@ class Pi0Stages(StageSet):
     model: Pi0Model
     vision_encoder: VisionEncoderStage
     fusion: FusionStage
-    action_head: ActionHeadStage
+    action_head: ActionHeadStep
 
     def inputs(self) -> dict[str, list[TensorSpec]]:
         """Each stage's inputs, in the order its ``forward`` takes them."""
@@ -174,7 +181,20 @@ class Pi0Stages(StageSet):
                 TensorSpec("noise", chunk, "float32", "host:noise"),
                 TensorSpec("prefix_actions", chunk, "float32", "host:prefix_actions"),
                 TensorSpec("prefix_mask", (1, c.action_horizon), "float32", "host:prefix_mask"),
+                TensorSpec("x_t", chunk, "float32", "host:noise"),
+                TensorSpec("time", (1,), "float32", "repeat"),
             ],
+        }
+
+    def repeats(self) -> dict[str, dict[str, object]]:
+        """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
+        times = self.action_head.times
+        return {
+            "action_head": {
+                "count": len(times),
+                "inputs": {"time": [[t] for t in times]},
+                "carry": {"x_t": "actions"},
+            }
         }
 
     def outputs(self) -> dict[str, list[TensorSpec]]:
@@ -223,7 +243,7 @@ def build_stages(model: Pi0Model) -> Pi0Stages:
         model=model,
         vision_encoder=VisionEncoderStage(model),
         fusion=FusionStage(model),
-        action_head=ActionHeadStage(model),
+        action_head=ActionHeadStep(model),
     )
 
 
@@ -243,4 +263,26 @@ def run_stages(
     tokens = stages.vision_encoder(images)
     keys, values, pad = stages.fusion(tokens, image_mask, token_ids, token_mask)
     prefix_actions, prefix_mask = default_executed_prefix(noise, prefix_actions, prefix_mask)
-    return stages.action_head(keys, values, pad, state, noise, prefix_actions, prefix_mask)
+    return head_actions(stages, keys, values, pad, state, noise, prefix_actions, prefix_mask)
+
+
+@torch.no_grad()
+def head_actions(
+    stages: Pi0Stages,
+    prefix_keys: torch.Tensor,
+    prefix_values: torch.Tensor,
+    prefix_pad: torch.Tensor,
+    state: torch.Tensor,
+    noise: torch.Tensor,
+    prefix_actions: torch.Tensor,
+    prefix_mask: torch.Tensor,
+) -> torch.Tensor:
+    """The action head's K calls, as a runner makes them: ``x_t`` from the noise, then carried."""
+    x_t = noise
+    for t in stages.action_head.times:
+        time = torch.tensor([t], dtype=torch.float32)
+        x_t = stages.action_head(
+            prefix_keys, prefix_values, prefix_pad, state, noise, prefix_actions, prefix_mask,
+            x_t, time,
+        )  # fmt: skip
+    return x_t
