@@ -151,3 +151,27 @@ def test_a_stage_exports_under_a_mixed_recipe(tmp_path) -> None:
     mixed = export("8da4w_head8", "vision_encoder")
     assert (fp32["quant"], mixed["quant"]) == ("fp32", "8da4w")
     assert mixed["bytes"] < fp32["bytes"]
+
+
+def test_resume_keeps_the_variants_this_run_did_not_ask_for() -> None:
+    import argparse
+
+    def row(backend, quant, threads):
+        return {"backend": backend, "quant": quant, "threads": threads, "ok": True}
+
+    previous = {
+        "exports": {"onnx_fp32": {"complete": True}, "executorch_fp32": {"complete": False}},
+        "results": [row("torch", "fp32", 1), row("onnx", "fp32", 1), row("onnx", "fp32", 2)],
+    }
+    args = argparse.Namespace(variant_order=[("executorch", "8da4w")], backends=("torch",))
+    entry = {
+        "exports": {"executorch_8da4w": {"complete": True}},
+        "results": [row("torch", "fp32", 1)],
+    }
+    arch_latency._keep_unrequested(args, previous, entry)
+    assert set(entry["exports"]) == {"executorch_8da4w", "onnx_fp32", "executorch_fp32"}
+    assert [(r["backend"], r["threads"]) for r in entry["results"]] == [
+        ("torch", 1),  # measured again, not doubled
+        ("onnx", 1),
+        ("onnx", 2),
+    ]

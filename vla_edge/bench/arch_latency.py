@@ -492,7 +492,21 @@ def run_model(
             for path in export_dir.glob("*"):
                 if path.suffix in (".onnx", ".pte", ".data"):
                     path.unlink()
+    _keep_unrequested(args, previous, entry)
+    save(entry)
     return entry
+
+
+def _keep_unrequested(args: argparse.Namespace, previous: dict[str, Any], entry: dict[str, Any]):
+    """``--resume``: the earlier run's variants this run did not ask for stay as they were."""
+    asked = {f"{backend}_{quant}" for backend, quant in args.variant_order}
+    asked |= {"torch_fp32"} if "torch" in args.backends else set()
+    for name, export in previous.get("exports", {}).items():
+        if name not in asked and name not in entry["exports"]:
+            entry["exports"][name] = export
+    entry["results"] += [
+        r for r in previous.get("results", []) if f"{r['backend']}_{r['quant']}" not in asked
+    ]
 
 
 def summarize(models: dict[str, Any]) -> dict[str, Any]:
