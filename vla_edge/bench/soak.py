@@ -1014,7 +1014,7 @@ def resolve_policy(policy: str | None, quant: str, out: Path) -> str:
         return policy
     from vla_edge.sim.sweep import ensure_export
 
-    return ensure_export(out, "bundled", "executorch", quant)
+    return ensure_export(out, "bundled", "executorch", quant, "vla-edge soak")
 
 
 def run(args: argparse.Namespace) -> int:

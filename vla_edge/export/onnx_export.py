@@ -21,8 +21,8 @@ ONNX_OPSET = 18
 OPTIMIZE_MAX_PARAMS = 200_000_000
 """onnxscript's graph rewrites run on stages up to this many parameters. Their cost grows
 faster than the graph: the full-size π0 action head (18 layers), when its 10 flow steps
-were unrolled in one graph, spent over 25 minutes in them. ONNX Runtime applies its own graph optimisations when it
-loads a program, so a larger stage is written as traced."""
+were unrolled in one graph, spent over 25 minutes in them. ONNX Runtime applies its own
+graph optimisations when it loads a program, so a larger stage is written as traced."""
 
 
 def export_stage_onnx(stage: StageProgram, path: Path, quiet: bool = True) -> dict[str, Any]:

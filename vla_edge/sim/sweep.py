@@ -129,8 +129,13 @@ def export_dir(out: Path, policy: str, backend: str, recipe: str) -> Path:
     return out / "exports" / f"{Path(policy).stem}_{backend}_{recipe}"
 
 
-def ensure_export(out: Path, policy: str, backend: str, recipe: str) -> str:
-    """The policy string of a variant, exporting the checkpoint first where needed."""
+def ensure_export(
+    out: Path, policy: str, backend: str, recipe: str, command: str = "vla-edge sweep"
+) -> str:
+    """The policy string of a variant, exporting the checkpoint first where needed.
+
+    ``command``: who says so on stderr.
+    """
     if backend in ("torch", "as_is"):
         return policy
     folder = export_dir(out, policy, backend, recipe)
@@ -143,7 +148,7 @@ def ensure_export(out: Path, policy: str, backend: str, recipe: str) -> str:
     argv = ["export", "--checkpoint", policy, "--backend", backend, "--out", str(folder)]
     if backend == "executorch":
         argv += ["--quant", recipe]
-    print(f"vla-edge sweep: exporting {policy} ({backend} {recipe}) ...", file=sys.stderr)
+    print(f"{command}: exporting {policy} ({backend} {recipe}) ...", file=sys.stderr)
     with log.open("w") as f:
         done = subprocess.run(
             [sys.executable, "-m", "vla_edge.cli", *argv], stdout=f, stderr=f, check=False
