@@ -163,7 +163,10 @@ def test_resume_keeps_the_variants_this_run_did_not_ask_for() -> None:
         "exports": {"onnx_fp32": {"complete": True}, "executorch_fp32": {"complete": False}},
         "results": [row("torch", "fp32", 1), row("onnx", "fp32", 1), row("onnx", "fp32", 2)],
     }
-    args = argparse.Namespace(variant_order=[("executorch", "8da4w")], backends=("torch",))
+    args = argparse.Namespace(  # onnx_fp32 asked for, but not its backend: kept
+        variant_order=[("executorch", "8da4w"), ("onnx", "fp32")],
+        backends=("torch", "executorch"),
+    )
     entry = {
         "exports": {"executorch_8da4w": {"complete": True}},
         "results": [row("torch", "fp32", 1)],

@@ -499,7 +499,7 @@ def run_model(
 
 def _keep_unrequested(args: argparse.Namespace, previous: dict[str, Any], entry: dict[str, Any]):
     """``--resume``: the earlier run's variants this run did not ask for stay as they were."""
-    asked = {f"{backend}_{quant}" for backend, quant in args.variant_order}
+    asked = {f"{b}_{q}" for b, q in args.variant_order if b in args.backends}
     asked |= {"torch_fp32"} if "torch" in args.backends else set()
     for name, export in previous.get("exports", {}).items():
         if name not in asked and name not in entry["exports"]:
