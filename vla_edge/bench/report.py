@@ -29,6 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 RESULTS_MD = "docs/RESULTS.md"
 README_MD = "README.md"
 BUNDLED_EVAL = "vla_edge/models/bundled/eval.json"
+SOAK_RESULT = "soak_bundled_executorch_1h.json"
+"""The one-hour soak (`vla-edge soak`), cited by its table and the summary."""
 MINUS = "\N{MINUS SIGN}"
 
 # Targets of the issues, stated in the README; the JSONs do not record them.
@@ -907,7 +909,9 @@ def render_sim(reports: Sequence[Json]) -> str:
 
 def render_summary(reports: Sequence[Json]) -> str:
     """The headline numbers for README.md."""
-    seed0, seed1, parity, *latencies, control, graph, faults, sweep, sequenced, switch = reports
+    seed0, seed1, parity, *latencies, control, graph, faults, sweep, sequenced, switch, soak = (
+        reports
+    )
     both = [a + b for a, b in zip(_successes(seed0), _successes(seed1), strict=True)]
     worst = min(
         t["successes"] / t["episodes"] for run in (seed0, seed1) for t in run["tasks"].values()
@@ -967,8 +971,24 @@ def render_summary(reports: Sequence[Json]) -> str:
             f"{_total(*_successes(sequenced))}; {_total(*_successes(switch))}",
             "–",
         ],
+        [
+            f"{soak['duration_s'] / 3600:.0f} h soak: RSS growth, underruns outside faults, "
+            "worst window's jitter p99",
+            _soak_summary(soak["goals"]),
+            f"≤ {soak['goals']['memory_growth_pct_per_h_max']['limit']:g} %/h, 0, "
+            f"≤ {soak['goals']['controller_jitter_p99_ms_max']['limit']:g} ms",
+        ],
     ]
     return _table(["measure", "result", "target"], rows)
+
+
+def _soak_summary(goals: Json) -> str:
+    memory = goals["memory_growth_pct_per_h_max"]
+    jitter = goals["controller_jitter_p99_ms_max"]
+    return (
+        f"{memory['value']:+.2f} %/h (`{memory['node']}`), "
+        f"{goals['underruns_outside_faults_max']['value']}, {jitter['value']:.2f} ms"
+    )
 
 
 def _schemes_summary(sweep: Json) -> str:
@@ -1161,6 +1181,13 @@ TABLES: tuple[Table, ...] = (
         render_faults_mild,
     ),
     Table(
+        "soak",
+        (_r(SOAK_RESULT),),
+        "`vla-edge soak --duration 3600 --out OUT` (the machine otherwise idle but for "
+        "short test runs at nice 19)",
+        render_soak,
+    ),
+    Table(
         "serving",
         (_r("bench_remote_bundled.json"),),
         "`bench_remote` in `vla_edge/bench/remote_latency.py` (200 requests, serving the "
@@ -1190,6 +1217,7 @@ SUMMARY = Table(
         _r("sweep_side_by_side.json"),
         _r("eval_long_sequencer_bundled.json"),
         _r("eval_switch_bundled.json"),
+        _r(SOAK_RESULT),
     ),
     "`vla-edge report`",
     render_summary,
