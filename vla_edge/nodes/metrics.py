@@ -44,6 +44,13 @@ class Histogram:
         self._sum += value
         self.max = max(self.max, value)
 
+    def copy(self) -> Histogram:
+        """An independent copy (a snapshot taken under a lock, summarised after it)."""
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other._bins = self._bins.copy()
+        return other
+
     @property
     def mean(self) -> float:
         """Mean of the recorded values (0 when empty)."""
