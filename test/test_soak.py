@@ -90,7 +90,7 @@ def _sample(t_s, pid=1, count=0.0, mean=0.0, p99=0.5, rss=100.0):
             "period_jitter_ms_max": 3.0,
         },
         "inference": {"wall_ms_p50": 5.0, "wall_ms_p95": 9.0, "wall_ms_max": 12.0},
-        "host": {"temperature_c": None, "cpu_freq_mhz": None, "cpu_pct": 50.0},
+        "host": {"temperature_c": None, "cpu_freq_mhz": None, "cpu_pct": 50.0, "steal_pct": t_s},
     }
 
 
@@ -108,6 +108,8 @@ def test_windows_cover_the_duration_and_the_last_one_takes_the_final_sample():
         [],
     )
     assert [r["samples"] for r in rows] == [1, 2]
+    # the hypervisor's steal, the mean of the window's samples (here: their times)
+    assert [r["host"]["steal_pct_mean"] for r in rows] == [0.0, 30.1]
 
 
 def test_window_chunk_age_and_underruns_are_the_windows_own():
@@ -367,6 +369,16 @@ def test_the_report_renders_a_soak_as_a_table_with_its_goals_first(tmp_path):
     assert "| buffer underruns in / outside faults | 1 / 0 |" in lines
     assert "| restarts (unexpected exits) | 1 (0) |" in lines
     assert "| policy, duration | `bundled_et_fp32`, 60 s |" in lines
+
+
+def test_steal_time_is_the_hypervisors_share_or_none_where_not_reported():
+    from types import SimpleNamespace
+
+    assert soak.steal_pct(SimpleNamespace(user=40.0, steal=12.345)) == 12.3
+    assert soak.steal_pct(SimpleNamespace(user=40.0)) is None  # macOS: no such field
+    import psutil
+
+    assert soak.steal_pct(psutil.cpu_times_percent(interval=0.05)) is not None  # Linux
 
 
 def test_the_machine_probes_give_numbers_or_none():

@@ -642,6 +642,7 @@ class Soak:
 
         t_start = time.monotonic()
         psutil.cpu_percent(interval=None)  # the machine's CPU share is measured from here
+        psutil.cpu_times_percent(interval=None)  # and the time a hypervisor took (steal)
         # rclpy's own handlers would shut the context down under a running call
         rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
         self.monitor = SoakMonitor()
@@ -928,6 +929,7 @@ class Soak:
                 },
                 "host": {
                     "cpu_pct": psutil.cpu_percent(interval=None),
+                    "steal_pct": steal_pct(psutil.cpu_times_percent(interval=None)),
                     "load_1m": round(os.getloadavg()[0], 2),
                     "mem_available_mb": round(psutil.virtual_memory().available / 2**20, 0),
                     "temperature_c": temperatures_c(),
@@ -936,6 +938,12 @@ class Soak:
                 },
             }
         )
+
+
+def steal_pct(times: Any) -> float | None:
+    """The share of CPU time a hypervisor gave to others (``None`` where not reported)."""
+    value = getattr(times, "steal", None)
+    return None if value is None else round(float(value), 1)
 
 
 def _instruction(task: str) -> str:

@@ -49,6 +49,9 @@ DEFINITIONS: dict[str, str] = {
     "rss_mb": "resident memory of the node's process and its children (MiB, psutil)",
     "cpu_pct": "CPU time of the node's process and its children over the sample period "
     "(100 = one core)",
+    "steal_pct": "host: the share of CPU time the hypervisor gave to other machines over the "
+    "sample period (psutil's steal; null where the kernel does not report it); per window "
+    "its mean",
     "memory_growth_pct_per_h": "least-squares slope of RSS over time, per node, on the samples "
     "taken at least warmup_s after the process (re)started, one intercept per process "
     "(a respawn starts a new line, same slope), divided by the mean fitted RSS; % per hour",
@@ -470,11 +473,13 @@ def _host_window(samples: Sequence[Sample]) -> dict[str, Any]:
     ]
     freqs = [s["host"]["cpu_freq_mhz"] for s in samples if s["host"].get("cpu_freq_mhz")]
     cpu = [s["host"]["cpu_pct"] for s in samples if s["host"].get("cpu_pct") is not None]
+    steal = [s["host"]["steal_pct"] for s in samples if s["host"].get("steal_pct") is not None]
     return {
         "temperature_c_max": _round(max(temps), 1) if temps else None,
         "cpu_freq_mhz_min": _round(min(f["min"] for f in freqs), 0) if freqs else None,
         "cpu_freq_mhz_max": _round(max(f["max"] for f in freqs), 0) if freqs else None,
         "cpu_pct_mean": _round(float(np.mean(cpu)), 1) if cpu else None,
+        "steal_pct_mean": _round(float(np.mean(steal)), 1) if steal else None,
     }
 
 
