@@ -775,6 +775,19 @@ def render_soak(reports: Sequence[Json]) -> str:
         for node, g in summary["memory_growth"].items()
         if g["pct_per_h"] is not None
     ]
+    jitter_steal = [
+        (w["controller_jitter_ms"]["p99"], w["host"]["steal_pct_mean"])
+        for w in run["windows"]
+        if w.get("host", {}).get("steal_pct_mean") is not None
+        and w.get("controller_jitter_ms", {}).get("p99") is not None
+    ]
+    if jitter_steal:
+        rows.append(
+            [
+                "jitter p99 per window (hypervisor steal)",
+                ", ".join(f"{j:.2f} ms ({st:.1f} %)" for j, st in jitter_steal),
+            ]
+        )
     if summary["temperature_c_max"] is not None:
         rows.append(["hottest temperature", f"{summary['temperature_c_max']:.1f} °C"])
     if summary["cpu_freq_mhz"] is not None:
@@ -1183,8 +1196,9 @@ TABLES: tuple[Table, ...] = (
     Table(
         "soak",
         (_r(SOAK_RESULT),),
-        "`vla-edge soak --duration 3600 --out OUT` (the machine otherwise idle but for "
-        "short test runs at nice 19)",
+        "`vla-edge soak --duration 3600 --policy EXPORT --out OUT` (`EXPORT`: the bundled "
+        "model's ExecuTorch fp32 export that `vla-edge soak` makes when no policy is given; "
+        "nothing else ran)",
         render_soak,
     ),
     Table(
