@@ -71,6 +71,25 @@ def copy_export(src: Path, dst: Path) -> Path:
     return dst
 
 
+def edited_export(src: Path, dst: Path, edit) -> Path:  # noqa: ANN001 - edit(data)
+    """A copy of the export ``src`` at ``dst`` with ``edit`` applied to its manifest's data."""
+    import json
+
+    copy_export(src, dst)
+    path = dst / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return dst
+
+
+def shared_onnx_export(tmp_path_factory) -> Path:  # noqa: ANN001 - pytest's factory
+    """The tiny bundled ONNX export every test session shares (made once)."""
+    root = tmp_path_factory.getbasetemp() / "export_fixtures"
+    root.mkdir(exist_ok=True)
+    return exported(root, "onnx")
+
+
 def observation(seed: int = 1, **changes: object) -> Observation:
     """A valid observation for the tiny model."""
     rng = np.random.default_rng(seed)

@@ -1,8 +1,7 @@
-import json
 from dataclasses import replace
 
 import pytest
-from export_fixtures import copy_export, exported, observation
+from export_fixtures import copy_export, edited_export, observation, shared_onnx_export
 
 from vla_edge.core.errors import ManifestMismatchError
 from vla_edge.export.manifest import load_manifest
@@ -11,18 +10,7 @@ from vla_edge.runners.onnx_runner import OnnxRunner
 
 @pytest.fixture(scope="module")
 def onnx_dir(tmp_path_factory):
-    root = tmp_path_factory.getbasetemp() / "export_fixtures"
-    root.mkdir(exist_ok=True)
-    return exported(root, "onnx")
-
-
-def _edit(src, dst, edit):
-    copy_export(src, dst)
-    path = dst / "manifest.json"
-    data = json.loads(path.read_text())
-    edit(data)
-    path.write_text(json.dumps(data))
-    return dst
+    return shared_onnx_export(tmp_path_factory)
 
 
 def _set_h(data, h):
@@ -30,7 +18,7 @@ def _set_h(data, h):
 
 
 def test_manifest_with_wrong_chunk_horizon_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
-    bad = _edit(onnx_dir, tmp_path / "x", lambda d: _set_h(d, 12))
+    bad = edited_export(onnx_dir, tmp_path / "x", lambda d: _set_h(d, 12))
     with pytest.raises(ManifestMismatchError, match="chunk_horizon") as err:
         OnnxRunner(bad)
     assert "host.noise.shape = [1, 10, 7]" in str(err.value) and "[1, 12, 7]" in str(err.value)
@@ -40,7 +28,7 @@ def test_manifest_with_wrong_camera_count_is_refused_naming_the_field(onnx_dir, 
     def three_cameras(d):
         d["cameras"] = ["agentview", "wrist", "side"]
 
-    bad = _edit(onnx_dir, tmp_path / "x", three_cameras)
+    bad = edited_export(onnx_dir, tmp_path / "x", three_cameras)
     with pytest.raises(ManifestMismatchError, match="field cameras") as err:
         load_manifest(bad)
     assert "host.images.slots map the cameras ['agentview', 'wrist']" in str(err.value)
@@ -49,7 +37,7 @@ def test_manifest_with_wrong_camera_count_is_refused_naming_the_field(onnx_dir, 
         three_cameras(d)
         d["host"]["images"]["slots"].append({"name": "side", "camera": "side"})
 
-    bad = _edit(onnx_dir, tmp_path / "y", three_slots)
+    bad = edited_export(onnx_dir, tmp_path / "y", three_slots)
     with pytest.raises(
         ManifestMismatchError, match="host.images.shape = \\[2, 3, 32, 32\\]"
     ) as err:
@@ -61,14 +49,14 @@ def test_manifest_with_wrong_dtype_is_refused_naming_the_field(onnx_dir, tmp_pat
     def half_images(d):
         d["stages"]["vision_encoder"]["inputs"][0]["dtype"] = "float16"
 
-    bad = _edit(onnx_dir, tmp_path / "x", half_images)
+    bad = edited_export(onnx_dir, tmp_path / "x", half_images)
     with pytest.raises(ManifestMismatchError, match=r"images\.dtype = 'float16'") as err:
         OnnxRunner(bad)
     assert "its source host.images has 'float32'" in str(err.value)
 
 
 def test_manifest_with_wrong_image_size_is_refused_naming_the_field(onnx_dir, tmp_path) -> None:
-    bad = _edit(onnx_dir, tmp_path / "x", lambda d: d.update(image_height=64))
+    bad = edited_export(onnx_dir, tmp_path / "x", lambda d: d.update(image_height=64))
     with pytest.raises(ManifestMismatchError, match="image_height"):
         OnnxRunner(bad)
 
@@ -88,7 +76,7 @@ def test_manifest_consistent_with_itself_but_not_with_its_program_is_refused(
                 if t["name"] == "prefix_mask":
                     t["shape"] = [1, 12]
 
-    bad = _edit(onnx_dir, tmp_path / "x", horizon_12_everywhere)
+    bad = edited_export(onnx_dir, tmp_path / "x", horizon_12_everywhere)
     assert load_manifest(bad).data["chunk_horizon"] == 12
     with pytest.raises(ManifestMismatchError) as err:
         OnnxRunner(bad)
@@ -109,7 +97,7 @@ def test_runner_refuses_an_export_that_differs_from_the_expected_spec(onnx_dir) 
 
 
 def test_manifest_missing_a_field_or_a_program_is_refused(onnx_dir, tmp_path) -> None:
-    bad = _edit(onnx_dir, tmp_path / "a", lambda d: d.pop("dt_action_s"))
+    bad = edited_export(onnx_dir, tmp_path / "a", lambda d: d.pop("dt_action_s"))
     with pytest.raises(ManifestMismatchError, match="field dt_action_s is missing"):
         load_manifest(bad)
     gone = copy_export(onnx_dir, tmp_path / "b")
@@ -146,5 +134,5 @@ def test_a_program_is_reused_only_when_made_the_same_way(onnx_dir, tmp_path) -> 
     assert reused(onnx_dir, weights={**same, "weights_sha256": "0" * 64}) is None
     assert reused(onnx_dir, weights={**same, "flow_steps": 9}) is None
     assert reused(onnx_dir, weights=None) is None  # only the frozen language stage goes without
-    before_recipes = _edit(onnx_dir, tmp_path / "old", lambda d: d.pop("quant_recipe"))
+    before_recipes = edited_export(onnx_dir, tmp_path / "old", lambda d: d.pop("quant_recipe"))
     assert reused(before_recipes) is None

@@ -5,12 +5,10 @@ unrolled steps runs out of memory at full size); the loop must give what the unr
 reference gives, and a manifest whose loop does not fit its stage is refused by name.
 """
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from export_fixtures import copy_export, exported, observation
+from export_fixtures import edited_export, observation, shared_onnx_export
 
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages
 from vla_edge.archs.pi0.layers import euler_times
@@ -88,18 +86,7 @@ def test_a_loop_that_does_not_fit_its_stage_is_refused_naming_the_field(raw, wor
 
 @pytest.fixture(scope="module")
 def onnx_dir(tmp_path_factory):
-    root = tmp_path_factory.getbasetemp() / "export_fixtures"
-    root.mkdir(exist_ok=True)
-    return exported(root, "onnx")
-
-
-def _edited(src, dst, edit):
-    copy_export(src, dst)
-    path = dst / "manifest.json"
-    data = json.loads(path.read_text())
-    edit(data)
-    path.write_text(json.dumps(data))
-    return dst
+    return shared_onnx_export(tmp_path_factory)
 
 
 def _carry_noise(data, count=2):
@@ -111,7 +98,7 @@ def _carry_noise(data, count=2):
 
 
 def test_the_runner_calls_a_looped_stage_count_times(onnx_dir, tmp_path) -> None:
-    looped = _edited(onnx_dir, tmp_path / "looped", _carry_noise)
+    looped = edited_export(onnx_dir, tmp_path / "looped", _carry_noise)
     assert load_manifest(looped).stages["action_head"].repeat.count == 2
     runner = OnnxRunner(looped, threads=1)
     calls = []
@@ -135,13 +122,13 @@ def test_a_repeat_source_without_a_loop_is_refused(onnx_dir, tmp_path) -> None:
     def edit(data):
         data["stages"]["action_head"]["inputs"][1]["source"] = "repeat"
 
-    bad = _edited(onnx_dir, tmp_path / "bad", edit)
+    bad = edited_export(onnx_dir, tmp_path / "bad", edit)
     with pytest.raises(ManifestMismatchError, match=r"inputs.noise.source = 'repeat'.*no repeat"):
         load_manifest(bad)
 
 
 def test_a_bad_loop_in_a_manifest_is_refused_naming_the_stage(onnx_dir, tmp_path) -> None:
-    bad = _edited(onnx_dir, tmp_path / "bad", lambda d: _carry_noise(d, count=-1))
+    bad = edited_export(onnx_dir, tmp_path / "bad", lambda d: _carry_noise(d, count=-1))
     with pytest.raises(ManifestMismatchError, match=r"stages.action_head.repeat.count = -1"):
         load_manifest(bad)
 
