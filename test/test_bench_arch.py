@@ -178,3 +178,33 @@ def test_resume_keeps_the_variants_this_run_did_not_ask_for() -> None:
         ("onnx", 1),
         ("onnx", 2),
     ]
+
+
+def test_resume_keeps_the_camera_counts_this_run_did_not_ask_for(tmp_path, monkeypatch) -> None:
+    import argparse
+
+    out = tmp_path / "bench.json"
+
+    def entry(cameras: int) -> dict:
+        flops, weights = {"fusion": 3 * cameras}, {"fusion": 4}
+        return {"cameras": cameras, "flops": flops, "fp32_param_bytes": weights, "exports": {}}
+
+    kept = {**entry(3), "results": []}
+    out.write_text(json.dumps({"models": {"pi0_small_3cam": kept, "pi0_small_1cam": {}}}))
+    measured = {**entry(1), "results": []}
+
+    def run_model(args, cameras, save, previous):
+        assert (cameras, previous) == (1, {})
+        save(measured)
+        return measured
+
+    monkeypatch.setattr(arch_latency, "run_model", run_model)
+    args = argparse.Namespace(
+        arch="pi0", size="small", backend="torch", threads="1", runs=None, warmup=None,
+        work_dir=tmp_path / "work", variants="", stages="vision_encoder", resume=True,
+        json=out, cameras="1",
+    )  # fmt: skip
+    assert arch_latency.run(args) == 0
+    report = json.loads(out.read_text())
+    assert report["models"] == {"pi0_small_3cam": kept, "pi0_small_1cam": measured}
+    assert report["complete"]

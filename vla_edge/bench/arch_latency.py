@@ -584,7 +584,7 @@ def run(args: argparse.Namespace, parity_only: bool = False) -> int:
         previous = json.loads(args.json.read_text()).get("models", {})
     load_before = os.getloadavg()
     cameras = [int(c) for c in str(args.cameras).split(",")]
-    models: dict[str, Any] = {}
+    models: dict[str, Any] = dict(previous)  # --resume: other camera counts stay as they were
     complete = False
 
     def save(key: str | None = None, entry: dict[str, Any] | None = None) -> None:
