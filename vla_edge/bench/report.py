@@ -31,6 +31,8 @@ README_MD = "README.md"
 BUNDLED_EVAL = "vla_edge/models/bundled/eval.json"
 SOAK_RESULT = "soak_bundled_executorch_1h.json"
 """The one-hour soak (`vla-edge soak`), cited by its table and the summary."""
+PI0_FULL_RESULT = "bench_latency_pi0_full.json"
+"""π0 at full size (`vla-edge bench latency --arch pi0`), cited by its table and the summary."""
 MINUS = "\N{MINUS SIGN}"
 
 # Targets of the issues, stated in the README; the JSONs do not record them.
@@ -38,6 +40,8 @@ TARGET_MEAN_SUCCESS = 0.70
 TARGET_TASK_SUCCESS = 0.40
 TARGET_SPEEDUP = 2.0
 TARGET_JITTER_P99_MS = 2.0
+TARGET_EDGE_RSS_GB = 4.0  # an 8da4w π0 inference node
+TARGET_8DA4W_BYTES = 0.35  # of the fp32 weights
 
 Json = dict[str, Any]
 Render = Callable[[Sequence[Json]], str]
@@ -923,8 +927,9 @@ def render_sim(reports: Sequence[Json]) -> str:
 def render_summary(reports: Sequence[Json]) -> str:
     """The headline numbers for README.md."""
     seed0, seed1, parity, *latencies, control, graph, faults, sweep, sequenced, switch, soak = (
-        reports
+        reports[:-1]
     )
+    pi0 = reports[-1]
     both = [a + b for a, b in zip(_successes(seed0), _successes(seed1), strict=True)]
     worst = min(
         t["successes"] / t["episodes"] for run in (seed0, seed1) for t in run["tasks"].values()
@@ -991,8 +996,27 @@ def render_summary(reports: Sequence[Json]) -> str:
             f"≤ {soak['goals']['memory_growth_pct_per_h_max']['limit']:g} %/h, 0, "
             f"≤ {soak['goals']['controller_jitter_p99_ms_max']['limit']:g} ms",
         ],
+        [
+            "π0 full size, 8da4w vs torch, 2 threads: speed-up, peak RSS, bytes / fp32",
+            _edge_summary(pi0, "pi0_full_1cam", "executorch_8da4w", 2),
+            f"≥ {TARGET_SPEEDUP:.0f}×, < {TARGET_EDGE_RSS_GB:.0f} GB, "
+            f"≤ {100 * TARGET_8DA4W_BYTES:.0f} %",
+        ],
     ]
     return _table(["measure", "result", "target"], rows)
+
+
+def _edge_summary(report: Json, model: str, variant: str, threads: int) -> str:
+    """One variant's row of a full-size run's comparison with eager torch."""
+    row = next(
+        r
+        for r in report["summary"]["vs_torch"]
+        if (r["model"], r["variant"], r["threads"]) == (model, variant, threads)
+    )
+    return (
+        f"{row['speed_vs_torch']:.2f}×, {row['peak_rss_mb'] * 2**20 / 1e9:.2f} GB, "
+        f"{100 * row['bytes_vs_fp32_params']:.0f} %"
+    )
 
 
 def _soak_summary(goals: Json) -> str:
@@ -1098,10 +1122,24 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "full_size",
-        (_r("bench_latency_pi0_full.json"),),
-        "`vla-edge bench latency --arch pi0 --size full --cameras 1 --threads 1,2 --json OUT`, "
-        "then the same with `--resume --reuse-exports --variants executorch_8da4w,executorch_fp32 "
-        "--stages vision_encoder,fusion` (the rows kept, the ExecuTorch stages exported)",
+        (_r(PI0_FULL_RESULT),),
+        "`vla-edge bench latency --arch pi0 --size full --cameras 1 --threads 1,2 --backend "
+        "torch,executorch --variants executorch_8da4w,executorch_8da8w --no-fit-search --resume "
+        "--json OUT` over an earlier run's JSON, whose torch 2-thread and ONNX rows were then "
+        "removed and measured again with `--backend torch,onnx --variants onnx_fp32 --resume` "
+        "(every timing row is of one afternoon), then `--cameras 3 --backend torch,executorch "
+        "--variants executorch_8da4w --resume`; the ExecuTorch fp32 lines are the earlier run's "
+        "(`--variants executorch_fp32`, when every export process still drew the whole model's "
+        "weights)",
+        render_full_size,
+    ),
+    Table(
+        "full_size_pi05",
+        (_r("bench_latency_pi05_full.json"),),
+        "`vla-edge bench latency --arch pi05 --size full --cameras 1 --threads 1,2 --backend "
+        "torch,onnx,executorch --variants executorch_8da4w,executorch_8da8w,onnx_fp32 "
+        "--no-fit-search --json OUT`, then `--cameras 3 --backend torch,executorch --variants "
+        "executorch_8da4w --resume`",
         render_full_size,
     ),
     Table(
@@ -1232,6 +1270,7 @@ SUMMARY = Table(
         _r("eval_long_sequencer_bundled.json"),
         _r("eval_switch_bundled.json"),
         _r(SOAK_RESULT),
+        _r(PI0_FULL_RESULT),
     ),
     "`vla-edge report`",
     render_summary,
