@@ -1128,9 +1128,8 @@ TABLES: tuple[Table, ...] = (
         "--json OUT` over an earlier run's JSON, whose torch 2-thread and ONNX rows were then "
         "removed and measured again with `--backend torch,onnx --variants onnx_fp32 --resume` "
         "(every timing row is of one afternoon), then `--cameras 3 --backend torch,executorch "
-        "--variants executorch_8da4w --resume`; the ExecuTorch fp32 lines are the earlier run's "
-        "(`--variants executorch_fp32`, when every export process still drew the whole model's "
-        "weights)",
+        "--variants executorch_8da4w --resume` and `--backend executorch --variants "
+        "executorch_fp32 --resume`",
         render_full_size,
     ),
     Table(
