@@ -926,10 +926,20 @@ def render_sim(reports: Sequence[Json]) -> str:
 
 def render_summary(reports: Sequence[Json]) -> str:
     """The headline numbers for README.md."""
-    seed0, seed1, parity, *latencies, control, graph, faults, sweep, sequenced, switch, soak = (
-        reports[:-1]
-    )
-    pi0 = reports[-1]
+    (
+        seed0,
+        seed1,
+        parity,
+        *latencies,
+        control,
+        graph,
+        faults,
+        sweep,
+        sequenced,
+        switch,
+        soak,
+        pi0,
+    ) = reports
     both = [a + b for a, b in zip(_successes(seed0), _successes(seed1), strict=True)]
     worst = min(
         t["successes"] / t["episodes"] for run in (seed0, seed1) for t in run["tasks"].values()
