@@ -541,6 +541,15 @@ def test_executorch_programs_are_delegated_and_equal_eager_torch(
     check_runner_against_reference(folder, tokenizer, pi05, bound)
 
 
+@pytest.mark.slow
+def test_fp16_programs_mask_with_finite_values(root, tokenizer) -> None:
+    """Half precision: the reference's mask value is -inf in fp16, and ``0 * inf`` had made
+    every allowed score NaN; the programs now mask with fp16's lowest finite value."""
+    folder = exported(root, tokenizer, False, "executorch", "fp16")
+    assert load_manifest(folder).data["stages"]["fusion"]["quant"] == "fp16"
+    assert check_programs_against_eager(folder, tokenizer, False, 1e-2) > 0.0
+
+
 # ---------------------------------------------------------------- vla-edge export --policy
 def write_openpi_checkpoint(root: Path, model: Pi0Model) -> Path:
     """openpi's converted layout: model.safetensors, config.json, assets/<id>/norm_stats.json."""

@@ -174,6 +174,17 @@ def test_the_gate_names_every_joint_over_the_bound() -> None:
         check_parity(report, 5.0)
 
 
+def test_non_finite_actions_are_over_any_bound() -> None:
+    reference = np.linspace(0.0, 1.0, 12).reshape(2, 3, 2)
+    candidate = reference.copy()
+    candidate[0, 1, 1] = np.nan
+    got = compare_chunks(reference, candidate)
+    assert got["non_finite"] == 1 and got["rms_pct_of_range"][0] == 0.0
+    report = {"dims": ["j0", "j1"], "rms_pct_of_range": got["rms_pct_of_range"], "observations": 2}
+    with pytest.raises(ParityGateError, match=r"1 of 2 joints \(j1 nan %\)"):
+        check_parity(report, 100.0)
+
+
 def _export(tmp_path: Path, out: Path, quant: str, *extra: str) -> int:
     onnx_dir = exported(tmp_path, "onnx")
     argv = ["export", "--checkpoint", str(tiny_checkpoint(tmp_path)), "--backend", "executorch"]

@@ -11,7 +11,8 @@ the reference's parameters (shared, not copied):
 
 * masks in float arithmetic: ``allowed ∈ {0, 1}`` gives the additive mask
   ``(allowed - 1) * -MASKED_VALUE``, exactly the reference's
-  ``where(allowed, 0, MASKED_VALUE)``;
+  ``where(allowed, 0, MASKED_VALUE)`` (:func:`additive_mask`; in half precision
+  the dtype's lowest finite value, since ``MASKED_VALUE`` is ``-inf`` there);
 * RoPE positions as matmuls with constant 0/1 matrices: ``cumsum(pad) - 1`` is
   ``pad @ triu(1) - 1`` and ``sum(pad)`` is ``pad @ 1`` (exact: integers
   below 2**24 in float32);
@@ -70,6 +71,17 @@ KEPT_FP32 = ("action_in_proj", "action_out_proj")
 velocity out. Their int4 error enters every Euler step unattenuated (alone, int4
 ``action_out_proj`` moves a tiny π0.5's chunk by 5 % of its range; both fp32: 0.2 %), and
 they are 2 x 32 x 1024 weights of the full-size 3.3 B."""
+
+
+def additive_mask(allowed: torch.Tensor) -> torch.Tensor:
+    """0 where ``allowed`` is 1, the masked value where it is 0, in ``allowed``'s dtype.
+
+    float32 masks with the reference's ``MASKED_VALUE``; a half-precision stage (the
+    ``fp16`` recipe) with its dtype's lowest finite value, since ``MASKED_VALUE`` is
+    ``-inf`` in fp16 and ``0 * inf`` would turn every allowed score into NaN.
+    """
+    masked = MASKED_VALUE if allowed.dtype == torch.float32 else torch.finfo(allowed.dtype).min
+    return (allowed - 1.0) * -masked
 
 
 class KeptLinear(nn.Module):
@@ -303,7 +315,7 @@ class XnnpackFusion(nn.Module):
         length = pad.shape[1]
         rope = self.rope(torch.mm(pad, self.cumsum) - 1.0)
         allowed = pad.reshape(1, length, 1) * pad.reshape(1, 1, length)
-        mask = ((allowed - 1.0) * -MASKED_VALUE).reshape(1, 1, length, length)
+        mask = additive_mask(allowed).reshape(1, 1, length, length)
         keys, values = [], []
         x: torch.Tensor | None = embs
         layers = self.language_model.layers
@@ -339,7 +351,7 @@ class XnnpackActionHead(nn.Module):
         own = attention_mask_2d(
             torch.ones(1, suffix, dtype=torch.bool), stage.suffix_block_starts()
         ).float()
-        self.register_buffer("suffix_mask", (own - 1.0) * -MASKED_VALUE, persistent=False)
+        self.register_buffer("suffix_allowed", own, persistent=False)
         self.register_buffer("prefix_zeros", torch.zeros(1, suffix, c.prefix_len), persistent=False)
         self.register_buffer("count", torch.ones(c.prefix_len, 1), persistent=False)
         self.register_buffer(
@@ -425,8 +437,8 @@ class XnnpackActionHead(nn.Module):
             for i in range(depth)
         ]
         rope = self.rope(torch.mm(prefix_pad, self.count) + self.steps)
-        from_prefix = (prefix_pad.reshape(1, 1, length) - 1.0) * -MASKED_VALUE + self.prefix_zeros
-        mask = torch.cat([from_prefix, self.suffix_mask], dim=2).reshape(
+        from_prefix = additive_mask(prefix_pad.reshape(1, 1, length)) + self.prefix_zeros
+        mask = torch.cat([from_prefix, additive_mask(self.suffix_allowed)], dim=2).reshape(
             1, 1, self.suffix, length + self.suffix
         )
         keep = prefix_mask.reshape(1, c.action_horizon, 1)

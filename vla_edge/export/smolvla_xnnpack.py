@@ -20,7 +20,8 @@ so each stage lowers to one XNNPACK call. SmolVLA's own parts:
   computes it, both halves side by side;
 * masks in float arithmetic: ``allowed ∈ {0, 1}`` gives the additive mask
   ``(allowed - 1) * -MASKED_VALUE``, exactly the reference's
-  ``where(allowed, 0, MASKED_VALUE)``; the prefix's block mask (the state token starts a
+  ``where(allowed, 0, MASKED_VALUE)`` (:func:`additive_mask`, finite in half
+  precision); the prefix's block mask (the state token starts a
   block of its own) and the action tokens' causal mask are constants;
 * prefix positions ``cumsum(pad) - 1`` as ``pad @ triu(1) - 1``, the action tokens'
   ``sum(prefix_pad) + i`` as ``prefix_pad @ 1 + i`` (exact: integers below 2**24 in
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from vla_edge.archs.pi0.layers import MASKED_VALUE, attention_mask_2d
+from vla_edge.archs.pi0.layers import attention_mask_2d
 from vla_edge.archs.smolvla.config import SmolVLAConfig
 from vla_edge.archs.smolvla.layers import prefix_block_starts, rope_tables, suffix_block_starts
 from vla_edge.archs.smolvla.stages import (
@@ -52,6 +53,7 @@ from vla_edge.archs.smolvla.stages import (
 )
 from vla_edge.archs.stage_io import on_flow_path
 from vla_edge.export.pi0_xnnpack import (
+    additive_mask,
     folded_attention,
     rms_normed,
     rotate,
@@ -207,7 +209,7 @@ class XnnpackFusion(nn.Module):
         length = pad.shape[1]
         rope = self.rope(torch.mm(pad, self.cumsum) - 1.0)
         allowed = pad.reshape(1, length, 1) * pad.reshape(1, 1, length) * self.blocks
-        mask = ((allowed - 1.0) * -MASKED_VALUE).reshape(1, 1, length, length)
+        mask = additive_mask(allowed).reshape(1, 1, length, length)
         keys, values = [], []
         x: torch.Tensor | None = embs
         for i, layer in enumerate(self.layers):
@@ -244,7 +246,7 @@ class XnnpackActionHead(nn.Module):
         own = attention_mask_2d(
             torch.ones(1, horizon, dtype=torch.bool), suffix_block_starts(horizon)
         ).float()
-        self.register_buffer("suffix_mask", (own - 1.0) * -MASKED_VALUE, persistent=False)
+        self.register_buffer("suffix_allowed", own, persistent=False)
         zeros = torch.zeros(1, horizon, c.prefix_len)
         self.register_buffer("prefix_zeros", zeros, persistent=False)
         self.register_buffer("count", torch.ones(c.prefix_len, 1), persistent=False)
@@ -317,8 +319,8 @@ class XnnpackActionHead(nn.Module):
             )
             cache.append(self._cross_kv(layer, *kv) if self.cross[i] else kv)
         self_rope = self.rope(torch.mm(prefix_pad, self.count) + self.steps)
-        from_prefix = (prefix_pad.reshape(1, 1, length) - 1.0) * -MASKED_VALUE + self.prefix_zeros
-        self_mask = torch.cat([from_prefix, self.suffix_mask], dim=2).reshape(
+        from_prefix = additive_mask(prefix_pad.reshape(1, 1, length)) + self.prefix_zeros
+        self_mask = torch.cat([from_prefix, additive_mask(self.suffix_allowed)], dim=2).reshape(
             1, 1, horizon, length + horizon
         )
         cross_mask = from_prefix.reshape(1, 1, horizon, length)

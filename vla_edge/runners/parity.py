@@ -31,7 +31,8 @@ def compare_chunks(reference: np.ndarray, candidate: np.ndarray) -> dict[str, An
 
     Returns:
         ``{"rms_pct_of_range": [D], "rms_pct_of_range_max", "rms": [D], "range": [D],
-        "max_abs", "max_abs_per_dim": [D]}``.
+        "max_abs", "max_abs_per_dim": [D], "non_finite"}``: ``non_finite`` counts the
+        candidate's NaN and infinite values, whose dimensions read NaN or inf.
     """
     err = (candidate - reference).reshape(-1, reference.shape[-1])
     flat = reference.reshape(-1, reference.shape[-1])
@@ -45,6 +46,7 @@ def compare_chunks(reference: np.ndarray, candidate: np.ndarray) -> dict[str, An
         "range": [float(v) for v in span],
         "max_abs": float(np.max(np.abs(err))),
         "max_abs_per_dim": [float(v) for v in np.max(np.abs(err), axis=0)],
+        "non_finite": int(np.size(candidate) - np.count_nonzero(np.isfinite(candidate))),
     }
 
 
@@ -132,12 +134,14 @@ def export_parity(
 def check_parity(report: Mapping[str, Any], max_pct: float) -> None:
     """Refuse an export whose error on some joint exceeds ``max_pct`` % of its range.
 
+    A NaN or infinite figure (the export emitted non-finite actions) is over any bound.
+
     Raises:
         ParityGateError: naming each joint over the bound with its figure, then every
             joint's figure.
     """
     pct = report["rms_pct_of_range"]
-    over = [(d, p) for d, p in zip(report["dims"], pct, strict=True) if p > max_pct]
+    over = [(d, p) for d, p in zip(report["dims"], pct, strict=True) if not p <= max_pct]
     if over:
         worst = ", ".join(f"{d} {p:.3g} %" for d, p in over)
         every = ", ".join(f"{d} {p:.3g}" for d, p in zip(report["dims"], pct, strict=True))
