@@ -206,6 +206,7 @@ def test_launch_sim_writes_the_metrics_json(tmp_path, ros_env):
     }
     for node in metrics["rss_mb"].values():
         assert node["start"] > 10.0 and node["end"] > 10.0
+        assert node["peak"] >= max(node["start"], node["end"]) - 1.0  # VmHWM, in MiB
     # a node that needed SIGTERM or SIGKILL: the launcher printed its log's end
     # with every thread's stack (written on SIGTERM)
     assert metrics["exit_codes"] == {

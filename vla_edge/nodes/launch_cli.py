@@ -10,7 +10,10 @@ them cleanly (SIGINT, then SIGTERM, then SIGKILL) at the end, and with
 
     {"task", "success", "controller_period_jitter_ms": {"p50", "p99"},
      "chunk_age_ms": {"p50", "p95", "max"}, "max_chunk_age_s", "buffer_underruns",
-     "rss_mb": {NODE: {"start", "end"}}, ...}
+     "rss_mb": {NODE: {"start", "end", "peak"}}, ...}
+
+``peak`` is the largest resident size the node's processes reached over the run (the
+kernel's ``VmHWM``, summed over the node's process and its children).
 """
 
 from __future__ import annotations
@@ -164,6 +167,22 @@ class GraphProcesses:
             except psutil.Error:
                 continue
             out[name] = total / 2**20
+        return out
+
+    def peak_rss_mb(self) -> dict[str, float]:
+        """Largest resident memory (MiB) each running node has reached, children included."""
+        import psutil
+
+        out: dict[str, float] = {}
+        for name, node in self.nodes.items():
+            try:
+                proc = psutil.Process(node.process.pid)
+                pids = [proc.pid, *(child.pid for child in proc.children(recursive=True))]
+            except psutil.Error:
+                continue
+            peaks = [_vm_hwm_kib(pid) for pid in pids]
+            if all(p is not None for p in peaks):
+                out[name] = sum(peaks) / 1024.0
         return out
 
     def log_tail(self, name: str, lines: int = 20) -> str:
@@ -371,12 +390,24 @@ def _float(values: dict[str, str], key: str) -> float | None:
         return None
 
 
+def _vm_hwm_kib(pid: int) -> float | None:
+    """The ``VmHWM`` (peak resident set, KiB) of process ``pid``; None when unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def collect_metrics(
     monitor: Monitor,
     task: str | None,
     max_chunk_age_s: float,
     rss_start: dict[str, float],
     rss_end: dict[str, float],
+    rss_peak: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The output fields of ``--json`` from the latest diagnostics of each node."""
     ctrl = monitor.status("vla_edge/controller")
@@ -384,7 +415,11 @@ def collect_metrics(
     safety = monitor.status("vla_edge/safety")
     stages = sorted({k.split(".")[1] for k in infer if k.startswith("stage_ms.")})
     rss = {
-        name: {"start": rss_start.get(name), "end": rss_end.get(name)}
+        name: {
+            "start": rss_start.get(name),
+            "end": rss_end.get(name),
+            "peak": (rss_peak or {}).get(name),
+        }
         for name in sorted(set(rss_start) | set(rss_end))
     }
     growth = {
@@ -485,10 +520,12 @@ def run_graph(
     died: dict[str, int] = {}
     t_end = time.monotonic() + duration_s
     rss_end: dict[str, float] = {}
+    rss_peak: dict[str, float] = {}
     try:
         _watch(processes, monitor, t_end, stop_on_success, settle_s, announce, rss_start, died)
         monitor.spin_for(1.2)  # one more diagnostics period
         rss_end = processes.rss_mb()
+        rss_peak = processes.peak_rss_mb()
     finally:
         codes = processes.stop()
         monitor.close()
@@ -498,7 +535,7 @@ def run_graph(
                 f"sent {sig}; the end of its log (a SIGTERM writes every thread's stack "
                 f"there):\n{processes.log_tail(name, lines=STOP_LOG_LINES)}"
             )
-    metrics = collect_metrics(monitor, task, max_chunk_age_s, rss_start, rss_end)
+    metrics = collect_metrics(monitor, task, max_chunk_age_s, rss_start, rss_end, rss_peak)
     metrics.update(
         {
             "profile": profile,
