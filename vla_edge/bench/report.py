@@ -1169,6 +1169,14 @@ TABLES: tuple[Table, ...] = (
         render_full_size,
     ),
     Table(
+        "recipes_pi0",
+        (_r("bench_recipes_pi0_full.json"),),
+        "`vla-edge bench latency --arch pi0 --size full --cameras 1 --threads 2 --backend "
+        "torch,executorch --variants executorch_8da4w_head8,executorch_int8wo,executorch_fp16 "
+        "--no-fit-search --timeout-s 3600 --json OUT`",
+        render_full_size,
+    ),
+    Table(
         "loop",
         (_r("bench_loop_smolvla_full.json"),),
         "`vla-edge bench loop --arch smolvla --size full --episodes 2 --duration-s 60 --reuse "
