@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,34 +155,28 @@ class GraphProcesses:
 
     def rss_mb(self) -> dict[str, float]:
         """Resident memory (MiB) of each running node, its child processes included."""
-        import psutil
-
-        out: dict[str, float] = {}
-        for name, node in self.nodes.items():
-            try:
-                proc = psutil.Process(node.process.pid)
-                total = proc.memory_info().rss
-                for child in proc.children(recursive=True):
-                    total += child.memory_info().rss
-            except psutil.Error:
-                continue
-            out[name] = total / 2**20
-        return out
+        return self._per_node_mb(lambda proc: proc.memory_info().rss)
 
     def peak_rss_mb(self) -> dict[str, float]:
         """Largest resident memory (MiB) each running node has reached, children included."""
+        return self._per_node_mb(lambda proc: _vm_hwm_bytes(proc.pid))
+
+    def _per_node_mb(self, read: Callable[[Any], float | None]) -> dict[str, float]:
+        """``read(process)`` (bytes) summed over each running node's process and children.
+
+        A node with a process that cannot be read is left out.
+        """
         import psutil
 
         out: dict[str, float] = {}
         for name, node in self.nodes.items():
             try:
                 proc = psutil.Process(node.process.pid)
-                pids = [proc.pid, *(child.pid for child in proc.children(recursive=True))]
+                values = [read(p) for p in (proc, *proc.children(recursive=True))]
             except psutil.Error:
                 continue
-            peaks = [_vm_hwm_kib(pid) for pid in pids]
-            if all(p is not None for p in peaks):
-                out[name] = sum(peaks) / 1024.0
+            if all(v is not None for v in values):
+                out[name] = sum(values) / 2**20
         return out
 
     def log_tail(self, name: str, lines: int = 20) -> str:
@@ -390,12 +384,12 @@ def _float(values: dict[str, str], key: str) -> float | None:
         return None
 
 
-def _vm_hwm_kib(pid: int) -> float | None:
-    """The ``VmHWM`` (peak resident set, KiB) of process ``pid``; None when unreadable."""
+def _vm_hwm_bytes(pid: int) -> float | None:
+    """The ``VmHWM`` (peak resident set) of process ``pid`` in bytes; None when unreadable."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
-                return float(line.split()[1])
+                return float(line.split()[1]) * 1024.0  # the kernel writes kB
     except (OSError, ValueError, IndexError):
         return None
     return None
