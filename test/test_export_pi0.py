@@ -14,7 +14,6 @@ chunks: ONNX and ExecuTorch fp32 within 0.1 %, 8da4w within 5 %.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,8 @@ from stage_chain import chained_actions, open_stage_programs
 
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages, run_stages
 from vla_edge.archs.pi0.prompt import clean_task, pad_tokens, pi05_prompt
+from vla_edge.bench.arch_loop import write_openpi_checkpoint as write_checkpoint
+from vla_edge.bench.arch_loop import write_sentencepiece_tokenizer
 from vla_edge.core.errors import ConfigError, ManifestMismatchError
 from vla_edge.core.types import Observation
 from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
@@ -65,29 +66,7 @@ def one_thread():
 
 def train_tokenizer(path: Path) -> Path:
     """A small SentencePiece model shaped like PaliGemma's (pad 0, eos 1, bos 2, unk 3, "\\n")."""
-    import sentencepiece as spm
-
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(SENTENCES * 20),
-        model_writer=model,
-        vocab_size=400,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-        pad_id=0,
-        eos_id=1,
-        bos_id=2,
-        unk_id=3,
-        normalization_rule_name="identity",
-        remove_extra_whitespaces=False,
-        add_dummy_prefix=False,
-        user_defined_symbols=["\n"],
-        byte_fallback=True,
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(model.getvalue())
-    return path
+    return write_sentencepiece_tokenizer(path, SENTENCES)
 
 
 WEIGHT_STD = 0.05
@@ -553,25 +532,6 @@ def test_fp16_programs_mask_with_finite_values(root, tokenizer) -> None:
 # ---------------------------------------------------------------- vla-edge export --policy
 def write_openpi_checkpoint(root: Path, model: Pi0Model) -> Path:
     """openpi's converted layout: model.safetensors, config.json, assets/<id>/norm_stats.json."""
-    from safetensors.torch import save_file
-
-    from vla_edge.archs.pi0.layout import FILE_DROPS, UNUSED
-
-    c = model.config
-    tensors = {k: v.clone() for k, v in model.state_dict().items() if k not in FILE_DROPS}
-    tensors[UNUSED[0]] = torch.zeros(c.vocab_size, c.expert.width)
-    root.mkdir(parents=True)
-    save_file(tensors, str(root / "model.safetensors"))
-    config = {
-        "action_dim": c.action_dim,
-        "action_horizon": c.action_horizon,
-        "paligemma_variant": "dummy",
-        "action_expert_variant": "dummy",
-        "precision": "float32",
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    assets = root / "assets" / "trossen"
-    assets.mkdir(parents=True)
     rng = np.random.default_rng(5)
     part = {
         "mean": rng.normal(0, 0.3, 14).tolist(),
@@ -579,20 +539,16 @@ def write_openpi_checkpoint(root: Path, model: Pi0Model) -> Path:
         "q01": rng.uniform(-1.0, -0.5, 14).tolist(),
         "q99": rng.uniform(0.5, 1.0, 14).tolist(),
     }
-    (assets / "norm_stats.json").write_text(
-        json.dumps({"norm_stats": {"state": part, "actions": part}})
-    )
-    return root
+    stats = {"state": part, "actions": part}
+    return write_checkpoint(root, model, stats, ("dummy", "dummy"), asset_id="trossen")
 
 
-@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
-def test_vla_edge_export_policy_runs_an_imported_policy_directory(tokenizer, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def policy_dir(tokenizer, tmp_path_factory) -> Path:
+    """A tiny π0 written in openpi's layout and imported onto the tabletop arm."""
     from vla_edge.archs.common import ImportOptions
     from vla_edge.archs.import_cli import default_robot, import_checkpoint
-    from vla_edge.archs.pi0.checkpoint import load_pi0_weights
     from vla_edge.archs.pi0.config import GemmaSize
-    from vla_edge.archs.policy_dir import load_policy_dir
-    from vla_edge.cli import main
 
     torch.manual_seed(1)
     source = Pi0Model(
@@ -601,11 +557,22 @@ def test_vla_edge_export_policy_runs_an_imported_policy_directory(tokenizer, tmp
     with torch.no_grad():
         for p in source.parameters():
             p.normal_(0.0, 0.1)
-    ckpt = write_openpi_checkpoint(tmp_path / "ckpt", source)
-    policy_dir = tmp_path / "policy"
+    root = tmp_path_factory.mktemp("imported")
+    ckpt = write_openpi_checkpoint(root / "ckpt", source)
     import_checkpoint(
-        ckpt, policy_dir, tokenizer, DT, default_robot(), options=ImportOptions(vision_heads=4)
+        ckpt, root / "policy", tokenizer, DT, default_robot(), options=ImportOptions(vision_heads=4)
     )
+    return root / "policy"
+
+
+@pytest.mark.slow  # exports ONNX programs (about 17 s each at this size)
+def test_vla_edge_export_policy_runs_an_imported_policy_directory(
+    policy_dir, tokenizer, tmp_path
+) -> None:
+    from vla_edge.archs.pi0.checkpoint import load_pi0_weights
+    from vla_edge.archs.policy_dir import load_policy_dir
+    from vla_edge.cli import main
+
     out = tmp_path / "export"
     argv = ["export", "--policy", str(policy_dir), "--backend", "onnx", "--out", str(out)]
     assert main([*argv, "--flow-steps", str(K)]) == 0
@@ -655,3 +622,90 @@ def test_vla_edge_export_policy_runs_an_imported_policy_directory(tokenizer, tmp
 
     # refused: a flag of the bundled export alongside --policy
     assert main([*argv, "--checkpoint", "bundled"]) == 2
+
+
+def test_low_memory_is_for_a_policy_dir_and_a_failed_stage_process_is_named(tmp_path) -> None:
+    from vla_edge.cli import main
+    from vla_edge.export.pi0_stage_process import export_in_processes
+    from vla_edge.export.quant_recipes import resolve_recipe
+
+    argv = ["export", "--backend", "onnx", "--out", str(tmp_path / "x"), "--low-memory"]
+    assert main(argv) == 2
+    assert not (tmp_path / "x" / MANIFEST_NAME).exists()
+    with pytest.raises(ConfigError, match="stage vision_encoder in its own process failed, exit 2"):
+        export_in_processes(tmp_path / "none", tmp_path / "y", "onnx", resolve_recipe("fp32"), None)
+
+
+def test_tensors_are_loaded_one_part_at_a_time(tmp_path) -> None:
+    from safetensors.torch import save_file
+
+    from vla_edge.archs.common import load_tensors_into
+    from vla_edge.core.errors import CheckpointKeysError
+
+    source = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    path = tmp_path / "w.safetensors"
+    save_file({f"file.{k}": v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    keys = {k: f"file.{k}" for k in source.state_dict()}
+    target = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)).double()
+    for p in target.parameters():
+        p.data.zero_()
+    assert load_tensors_into(target, path, keys, only=target[0]) == 2
+    assert torch.equal(target[0].weight.float(), source[0].weight)
+    assert target[0].weight.dtype == torch.float64  # cast to the parameter's dtype
+    assert not target[1].weight.any()  # the other part is not read
+    assert load_tensors_into(target, path, keys) == 4
+    assert torch.equal(target[1].bias.float(), source[1].bias)
+    with pytest.raises(CheckpointKeysError, match="0.bias"):
+        load_tensors_into(target, path, {k: v for k, v in keys.items() if k != "0.bias"})
+
+
+@pytest.mark.slow  # exports 8da4w ExecuTorch programs twice, then three processes start
+def test_a_low_memory_export_reads_each_stage_alone_and_makes_the_same_programs(
+    policy_dir, tmp_path
+) -> None:
+    """``--low-memory``: one process per stage, holding only that stage's weights."""
+    from vla_edge.archs.pi0.stages import STAGE_NAMES
+    from vla_edge.cli import main
+    from vla_edge.export.pi0 import load_policy_model
+
+    # a stage's load reads just its tensors, and they are the whole load's
+    policy, whole = load_policy_model(policy_dir)
+    alone = {}
+    for stage in STAGE_NAMES:
+        _, model = load_policy_model(policy_dir, stage=stage)
+        alone[stage] = build_stages(model).modules()[stage].state_dict()
+        want = build_stages(whole).modules()[stage].state_dict()
+        assert alone[stage].keys() == want.keys()
+        assert all(torch.equal(alone[stage][k], want[k]) for k in want), stage
+    # (the stages share no tensor; together they hold every one but the unused text head)
+    assert sum(len(t) for t in alone.values()) == len(whole.state_dict()) - 1
+
+    outs = {}
+    for name, extra in (("whole", []), ("apart", ["--low-memory"])):
+        outs[name] = tmp_path / name
+        argv = ["export", "--policy", str(policy_dir), "--backend", "executorch"]
+        argv += ["--quant", "8da4w", "--flow-steps", str(K), "--out", str(outs[name]), *extra]
+        assert main(argv) == 0, name
+    whole_m, apart_m = load_manifest(outs["whole"]).data, load_manifest(outs["apart"]).data
+    for stage in STAGE_NAMES:
+        w, a = whole_m["stages"][stage], apart_m["stages"][stage]
+        assert a["check_max_abs"] is None and w["check_max_abs"] is not None
+        assert a["inputs"] == w["inputs"] and a["outputs"] == w["outputs"]
+        assert a.get("repeat") == w.get("repeat")
+        assert a["delegation"]["why"] == w["delegation"]["why"]
+    assert not list(outs["apart"].glob("*.entry.json"))
+    rng = np.random.default_rng(7)
+    n = len(policy.joint_names)
+    obs = Observation(
+        stamp_s=1.0,
+        images={
+            c: rng.integers(0, 256, (240, 320, 3), dtype=np.uint8)
+            for c in policy.cameras.values()
+            if c is not None
+        },
+        state=rng.uniform(-0.5, 0.5, n),
+        instruction="pick up the red cube",
+    )
+    noise = noises(1)[0]
+    chunks = {k: make_runner(str(v), threads=1).infer(obs, noise=noise) for k, v in outs.items()}
+    np.testing.assert_allclose(chunks["apart"].positions, chunks["whole"].positions, atol=1e-6)

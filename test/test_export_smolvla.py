@@ -782,6 +782,8 @@ def test_vla_edge_export_policy_runs_an_imported_smolvla_directory(tokenizer, tm
     )
     assert worst_fraction_of_range(got[:, :-1], want[:, :-1]) <= 1e-3
     np.testing.assert_allclose(got[:, -1], want[:, -1], atol=1e-5)
+    # refused, before anything is exported: a per-stage export of π0's only
+    assert main([*argv, "--low-memory"]) == 2
 
 
 @pytest.mark.slow  # imports a tiny π0 checkpoint

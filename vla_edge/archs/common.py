@@ -9,14 +9,19 @@
   bytes (a full-size checkpoint is gigabytes and is never held in memory).
 * :class:`ImportOptions` and :class:`Checkpoint`: what ``vla-edge import`` passes to an
   architecture's ``read_checkpoint`` and what it gets back (:mod:`vla_edge.archs.registry`).
+* :func:`without_default_init`, :func:`load_tensors_into`: a model built without its
+  initialisers' draws (its memory allocated but not written, so not resident) and filled
+  one tensor at a time from a file, all of it or one part (a stage): a full-size model is
+  never held twice, and a process exporting one stage holds only that stage's weights.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,6 +303,69 @@ def load_state_strictly(model: Any, tensors: Mapping[str, Any], source: str) -> 
         )
 
 
+_INITIALISED = ("Linear", "Embedding", "Conv2d", "LayerNorm")
+"""``torch.nn`` modules whose ``reset_parameters`` draws the default initialisation."""
+
+
+@contextlib.contextmanager
+def without_default_init() -> Iterator[None]:
+    """Modules built inside get their memory but not their default initialisers' draws.
+
+    The memory of a large parameter is then allocated but never written, so it is not
+    resident until something is loaded into it (a 3.3 B-parameter model's kaiming draws
+    also take minutes).
+    """
+    from torch import nn
+    from transformers.initialization import no_init_weights
+
+    classes = [getattr(nn, name) for name in _INITIALISED]
+    saved = {cls: cls.reset_parameters for cls in classes}
+    for cls in classes:
+        cls.reset_parameters = lambda self: None  # type: ignore[method-assign]
+    try:
+        with no_init_weights():
+            yield
+    finally:
+        for cls, method in saved.items():
+            cls.reset_parameters = method  # type: ignore[method-assign]
+
+
+def load_tensors_into(
+    model: Any, path: Path, file_keys: Mapping[str, str], only: Any = None
+) -> int:
+    """Copy a safetensors file's tensors into ``model``'s state, one tensor at a time.
+
+    Args:
+        file_keys: each of the model's state-dict keys -> the file's key holding its value
+            (every key of ``model.state_dict()`` must be there, and only those).
+        only: a part of ``model`` (a module sharing its parameters, a stage): just the
+            tensors it holds are read; the rest of the model is left as it is.
+
+    Each tensor is cast to its parameter's dtype as it is copied, so the peak is the
+    model plus one tensor, not the model plus the file.
+
+    Returns:
+        How many tensors were read.
+
+    Raises:
+        CheckpointKeysError: a key of the model without a value, or a value for no key.
+    """
+    import torch
+
+    target = model.state_dict(keep_vars=True)
+    missing = tuple(sorted(set(target) - set(file_keys)))
+    unexpected = tuple(sorted(set(file_keys) - set(target)))
+    if missing or unexpected:
+        raise CheckpointKeysError(format_key_report(KeyReport(missing, unexpected, ()), str(path)))
+    if only is not None:
+        held = {id(t) for t in (*only.parameters(), *only.buffers())}
+        target = {k: t for k, t in target.items() if id(t) in held}
+    with safe_open(str(path), framework="pt") as f, torch.no_grad():
+        for key, tensor in target.items():
+            tensor.copy_(f.get_tensor(file_keys[key]))
+    return len(target)
+
+
 def copy_weights(
     checkpoint: Checkpoint, dst: Path, metadata: Mapping[str, str] | None = None
 ) -> None:
@@ -320,6 +388,7 @@ __all__ = [
     "copy_tensors",
     "copy_weights",
     "load_state_strictly",
+    "load_tensors_into",
     "policy_weights_path",
     "format_key_report",
     "layer_count",
@@ -327,4 +396,5 @@ __all__ = [
     "read_header",
     "read_json",
     "read_tensors",
+    "without_default_init",
 ]

@@ -1,23 +1,30 @@
 """``vla-edge bench loop``: a random-weight imported architecture in the closed loop.
 
-``vla-edge bench loop --arch smolvla --size full --json OUT [--work-dir DIR] [--episodes 2]
-[--task T] [--duration-s 60] [--threads 2] [--reuse]``
+``vla-edge bench loop --arch smolvla|pi0|pi05 --size full --json OUT [--backend onnx]
+[--quant fp32] [--work-dir DIR] [--episodes 2] [--task T] [--duration-s 60] [--threads 2]
+[--reuse]``
 
 The situation of a user whose computer is slower than the policy wants, made from public
 code only (time and safety do not depend on the weight values):
 
-1. ``checkpoint``: seeded random weights (:func:`vla_edge.bench.arch_models.random_model`)
+1. ``checkpoint``: seeded random weights (:func:`vla_edge.bench.arch_models.randomise`)
    written in the architecture's published layout (SmolVLA: LeRobot's pretrained layout,
-   ``config.json``, ``model.safetensors`` and the processors' statistics files), with the
-   state and action statistics about the tabletop arm's home pose, and a word-level Hugging
-   Face tokenizer directory of the suite's instructions;
+   ``config.json``, ``model.safetensors`` and the processors' statistics files; π0 / π0.5:
+   openpi's converted layout, ``config.json``, ``model.safetensors`` and
+   ``assets/<id>/norm_stats.json``), with the state and action statistics about the
+   tabletop arm's home pose, and a tokenizer of the suite's instructions (SmolVLA: a
+   word-level Hugging Face tokenizer directory; π0: a SentencePiece model shaped like
+   PaliGemma's);
 2. ``import``: ``vla-edge import`` of that checkpoint onto the package's robot (its first
    slot on ``agentview``, a second on ``wrist``; joint positions in rad);
-3. ``export``: ``vla-edge export --policy`` to ONNX Runtime fp32;
+3. ``export``: ``vla-edge export --policy`` to ``--backend`` with recipe ``--quant``
+   (default ONNX Runtime fp32); π0 / π0.5 with ``--low-memory``, each stage in its own
+   process (a full-size π0 and one stage's export do not fit in 24 GiB together);
 4. ``inference``: the exported runner's wall time per chunk on rendered observations;
 5. ``eval``: ``vla-edge eval`` of ``--episodes`` init states of ``--task`` in virtual time,
    the measured p50 as the simulated inference delay;
-6. ``launch``: ``vla-edge launch sim`` for ``--duration-s`` with real processes.
+6. ``launch``: ``vla-edge launch sim`` for ``--duration-s`` with real processes; its JSON
+   holds each node's resident memory at the start, the end and its peak.
 
 ``--reuse`` keeps the checkpoint, policy directory and export already in ``--work-dir``
 (a full-size export takes minutes). The JSON holds each step's wall time and figures, and
@@ -45,7 +52,7 @@ import numpy as np
 
 from vla_edge.core.errors import ConfigError
 
-ARCHS = ("smolvla",)
+ARCHS = ("smolvla", "pi0", "pi05")
 """Architectures whose published layout this bench writes."""
 DT_ACTION_S = 0.1
 ACTION_STD_RAD = 0.02
@@ -57,19 +64,30 @@ SMOLVLM2 = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
 PRE_STATS = "policy_preprocessor_step_5_normalizer_processor.safetensors"
 POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
 TIMED_CHUNKS = 5
+OPENPI_ASSET_ID = "tabletop"
+"""The asset directory of the openpi checkpoint's statistics."""
+SPM_VOCAB = 400
+"""Pieces of the SentencePiece model (PaliGemma's has 257,152; any smaller fits its table)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``vla-edge bench loop``."""
     parser.add_argument("--arch", choices=ARCHS, default="smolvla")
     parser.add_argument("--size", choices=("full", "small"), default="full")
-    parser.add_argument("--cameras", type=int, default=1, help="image slots (1 or 2)")
+    parser.add_argument(
+        "--cameras",
+        type=int,
+        default=1,
+        help="image slots fed by a robot camera (1 or 2; π0's other openpi slots are masked)",
+    )
     parser.add_argument("--json", type=Path, required=True, help="output JSON")
     parser.add_argument("--work-dir", type=Path, default=Path("out/bench/loop"))
     parser.add_argument("--episodes", type=int, default=2, help="eval init states 0..N-1")
     parser.add_argument("--task", default="lift_green_block")
     parser.add_argument("--duration-s", type=float, default=60.0, help="launch sim length")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--backend", choices=("onnx", "executorch"), default="onnx")
+    parser.add_argument("--quant", default="fp32", help="the export's quantisation recipe")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--reuse", action="store_true", help="keep the checkpoint, policy and export found"
@@ -170,6 +188,104 @@ def write_smolvla_checkpoint(
     return out
 
 
+def openpi_statistics(stats: dict[str, np.ndarray]) -> dict[str, dict[str, list[float]]]:
+    """:func:`home_statistics` as openpi's ``norm_stats.json`` parts: mean / std, q01 / q99.
+
+    The quantiles (π0.5's normalisation) are two standard deviations either side.
+    """
+    parts = {}
+    for part, key in (("state", "observation.state"), ("actions", "action")):
+        mean, std = stats[f"{key}.mean"], stats[f"{key}.std"]
+        parts[part] = {
+            "mean": mean.tolist(),
+            "std": std.tolist(),
+            "q01": (mean - 2.0 * std).tolist(),
+            "q99": (mean + 2.0 * std).tolist(),
+        }
+    return parts
+
+
+def write_openpi_checkpoint(
+    out: Path,
+    model: Any,
+    norm_stats: dict[str, dict[str, list[float]]],
+    variants: tuple[str, str] = ("gemma_2b", "gemma_300m"),
+    asset_id: str = OPENPI_ASSET_ID,
+) -> Path:
+    """``model`` (a Pi0Model) in openpi's converted PyTorch layout.
+
+    ``model.safetensors`` (openpi's keys: the tied embedding dropped, the expert's unused
+    ``lm_head`` written), ``config.json`` with the Gemma ``variants`` (PaliGemma's, the
+    expert's), and ``assets/<asset_id>/norm_stats.json`` with ``norm_stats``
+    (``{"state": {...}, "actions": {...}}``, each with ``mean``, ``std``, ``q01``, ``q99``).
+    The tensors are written from the model's own memory (a full-size π0 is not copied).
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    from vla_edge.archs.pi0.layout import FILE_DROPS, UNUSED
+
+    c = model.config
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.contiguous() for k, v in model.state_dict().items() if k not in FILE_DROPS}
+    tensors[UNUSED[0]] = torch.zeros(c.vocab_size, c.expert.width)
+    save_file(tensors, str(out / "model.safetensors"))
+    del tensors
+    config = {
+        "action_dim": c.action_dim,
+        "action_horizon": c.action_horizon,
+        "max_token_len": c.max_token_len,
+        "paligemma_variant": variants[0],
+        "action_expert_variant": variants[1],
+        "precision": "float32",
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    assets = out / "assets" / asset_id
+    assets.mkdir(parents=True, exist_ok=True)
+    (assets / "norm_stats.json").write_text(json.dumps({"norm_stats": norm_stats}, indent=1))
+    return out
+
+
+def write_sentencepiece_tokenizer(
+    path: Path, sentences: list[str] | None = None, vocab_size: int = SPM_VOCAB
+) -> Path:
+    r"""A SentencePiece model shaped like PaliGemma's (pad 0, eos 1, bos 2, unk 3, ``"\n"``).
+
+    Trained on ``sentences`` (default: the suite's instructions and a π0.5 prompt); byte
+    fallback encodes any other text.
+    """
+    import io
+
+    import sentencepiece as spm
+
+    from vla_edge.sim.tasks import TASKS
+
+    if sentences is None:
+        sentences = [task.instruction for task in TASKS.values()]
+        sentences.append("Task: lift the block, State: 12 128 255 0 7 64 3;\nAction: ")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences * 20),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        minloglevel=2,
+        pad_id=0,
+        eos_id=1,
+        bos_id=2,
+        unk_id=3,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=False,
+        user_defined_symbols=["\n"],
+        byte_fallback=True,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.getvalue())
+    return path
+
+
 def write_word_tokenizer(out: Path) -> Path:
     """A Hugging Face tokenizer directory: one id per word of the suite's instructions."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -201,59 +317,114 @@ def _timed(record: dict[str, Any], name: str, log: Callable[[str], None]) -> Ite
     log(f"{name}: {record[name]['wall_s']} s")
 
 
+def loop_model(arch: str, size: str, cameras: int, seed: int) -> Any:
+    """The random-weight model the checkpoint holds (:func:`loop_model_config`'s)."""
+    from vla_edge.archs.common import without_default_init
+    from vla_edge.bench.arch_models import model_class, randomise
+
+    with without_default_init():
+        model = model_class(arch)(loop_model_config(arch, size, cameras))
+    return randomise(model, seed).eval()
+
+
+def loop_model_config(arch: str, size: str, cameras: int) -> Any:
+    """The model at ``size`` as its published layout describes it.
+
+    SmolVLA: :func:`~vla_edge.bench.arch_models.model_config`'s, ``cameras`` slots. π0 /
+    π0.5: openpi's layout always has the three image slots (``cameras`` of them get a
+    robot camera, the others are masked), and its ``config.json`` names the Gemma sizes
+    by variant, so the small size takes openpi's ``dummy`` variant for both Gemmas.
+    """
+    from vla_edge.bench.arch_models import model_config
+
+    if arch == "smolvla":
+        return model_config(arch, size, cameras)
+    from vla_edge.archs.pi0.config import IMAGE_SLOTS, GemmaSize, Pi0Config
+
+    if size == "full":
+        return model_config(arch, size, len(IMAGE_SLOTS))
+    return Pi0Config.tiny(pi05=arch == "pi05", expert=GemmaSize.dummy())
+
+
+def write_checkpoint(args: argparse.Namespace, ckpt: Path, tokenizer: Path) -> Path:
+    """Step 1: the random-weight checkpoint in its published layout and a tokenizer.
+
+    Returns the tokenizer path ``vla-edge import`` takes (a directory for SmolVLA, the
+    SentencePiece model file for π0 / π0.5).
+    """
+    model = loop_model(args.arch, args.size, args.cameras, args.seed)
+    if args.arch == "smolvla":
+        write_smolvla_checkpoint(ckpt, model, home_statistics())
+        del model
+        return write_word_tokenizer(tokenizer)
+    variants = ("gemma_2b", "gemma_300m") if args.size == "full" else ("dummy", "dummy")
+    write_openpi_checkpoint(ckpt, model, openpi_statistics(home_statistics()), variants)
+    del model
+    return write_sentencepiece_tokenizer(tokenizer / "tokenizer.model")
+
+
+def import_options(args: argparse.Namespace, config: Any) -> Any:
+    """What the import is told: the architecture, and a small size's head counts."""
+    from vla_edge.archs.common import ImportOptions
+
+    if args.arch == "smolvla":
+        # the published size's head counts follow from its widths; others are given
+        if args.size == "full":
+            return ImportOptions()
+        return ImportOptions(text_heads=config.text.num_heads, vision_heads=config.vision.num_heads)
+    heads = {} if args.size == "full" else {"vision_heads": config.vision.num_heads}
+    return ImportOptions(architecture=args.arch, **heads)
+
+
 def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str], None]) -> Path:
     """Steps 1-3: checkpoint, policy directory, export (kept with ``--reuse``); the export."""
-    from vla_edge.archs.common import ImportOptions
     from vla_edge.archs.import_cli import default_robot, import_checkpoint
-    from vla_edge.bench.arch_models import model_config, random_model
-    from vla_edge.export.smolvla import export_policy_dir
+    from vla_edge.export.quant_recipes import resolve_recipe
 
     work = args.work_dir
     ckpt, tokenizer = work / "checkpoint", work / "tokenizer"
-    policy, export = work / "policy", work / "export_onnx_fp32"
-    config = model_config(args.arch, args.size, args.cameras)
+    policy, export = work / "policy", work / f"export_{args.backend}_{args.quant}"
+    recipe = resolve_recipe(args.quant)
+    if args.backend == "onnx" and not recipe.is_fp32:
+        raise ConfigError(f"--quant {args.quant} with --backend onnx: ONNX programs are fp32")
+    config = loop_model_config(args.arch, args.size, args.cameras)
     record["model"] = {
         "arch": args.arch,
         "size": args.size,
         "cameras": args.cameras,
         "seed": args.seed,
-        "chunk_horizon": config.chunk_size,
+        "chunk_horizon": config.chunk_size if args.arch == "smolvla" else config.action_horizon,
         "flow_steps": config.flow_steps,
         "image_size": config.vision.image_size,
+        "backend": args.backend,
+        "quant": args.quant,
     }
     if not (args.reuse and (ckpt / "model.safetensors").is_file()):
         with _timed(record, "checkpoint", log):
-            model = random_model(args.arch, args.size, args.cameras, args.seed)
-            write_smolvla_checkpoint(ckpt, model, home_statistics())
-            del model
-            write_word_tokenizer(tokenizer)
+            tokenizer_path = write_checkpoint(args, ckpt, tokenizer)
+    else:
+        tokenizer_path = tokenizer if args.arch == "smolvla" else tokenizer / "tokenizer.model"
     if not (args.reuse and (policy / "policy.yaml").is_file()):
         with _timed(record, "import", log):
-            slots = dict(zip(config.image_slots, CAMERAS, strict=False))
-            # the published size's head counts follow from its widths; others are given
-            heads = (
-                {}
-                if args.size == "full"
-                else {
-                    "text_heads": config.text.num_heads,
-                    "vision_heads": config.vision.num_heads,
-                }
-            )
+            slots = {
+                slot: CAMERAS[i] if i < args.cameras else None
+                for i, slot in enumerate(config.image_slots)
+            }
             import_checkpoint(
                 ckpt,
                 policy,
-                tokenizer,
+                tokenizer_path,
                 DT_ACTION_S,
                 default_robot(),
-                options=ImportOptions(**heads),
+                options=import_options(args, config),
                 cameras=slots,
                 force=True,
             )
     if not (args.reuse and (export / "manifest.json").is_file()):
-        with _timed(record, "export", log):
+        with _timed(record, "export", log) as step:
             if export.exists():
                 shutil.rmtree(export)
-            export_policy_dir(policy, export, "onnx", "fp32", log=lambda _m: None)
+            step["peak_rss_mb"] = export_policy(args.arch, policy, export, args.backend, recipe)
     record["artifacts"] = {
         "parameters": model_parameters(ckpt / "model.safetensors"),
         "checkpoint_bytes": (ckpt / "model.safetensors").stat().st_size,
@@ -262,14 +433,37 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
     return export
 
 
+def export_policy(arch: str, policy: Path, export: Path, backend: str, recipe: Any) -> float:
+    """Step 3 in a fresh process (``vla-edge export --policy``); its peak RSS (MiB).
+
+    π0 / π0.5 export with ``--low-memory`` (one process per stage). The peak is the
+    largest of the processes this one has waited for (the kernel's ``RUSAGE_CHILDREN``,
+    grandchildren included), read after the export; nothing before it here is as large.
+    """
+    import resource
+
+    argv = ["export", "--policy", str(policy), "--backend", backend, "--quant", recipe.name]
+    argv += ["--out", str(export)] + ["--low-memory"] * (arch != "smolvla")
+    code = run_vla_edge(argv, export.parent / f"{export.name}.log", timeout_s=7200.0)
+    if code != 0:
+        raise ConfigError(f"vla-edge export exited {code}; see {export.parent / export.name}.log")
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+
+
 def model_parameters(weights: Path) -> int:
-    """Parameters the model reads in a LeRobot SmolVLA file (SmolVLM2's ``lm_head`` is not)."""
+    """Parameters the model reads in a published file (an unread ``lm_head`` left out).
+
+    SmolVLM2's ``lm_head`` (SmolVLA) and the action expert's (openpi's π0 layout) are in
+    the files but read by nothing.
+    """
     from safetensors import safe_open
 
+    from vla_edge.archs.pi0.layout import UNUSED
     from vla_edge.archs.smolvla.layout import LM_HEAD
 
+    unread = {LM_HEAD, *UNUSED}
     with safe_open(str(weights), "np") as f:
-        return sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys() if k != LM_HEAD)
+        return sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys() if k not in unread)
 
 
 def time_inference(
@@ -367,6 +561,7 @@ def run(args: argparse.Namespace) -> int:
     command = f"vla-edge bench loop --arch {args.arch} --size {args.size} --cameras "
     command += f"{args.cameras} --episodes {args.episodes} --task {args.task} --duration-s "
     command += f"{args.duration_s:g} --threads {args.threads} --seed {args.seed}"
+    command += f" --backend {args.backend} --quant {args.quant}"
     command += " --reuse" * bool(args.reuse) + f" --json {args.json}"
     record: dict[str, Any] = {"command": command, "load_avg_start": os.getloadavg()}
     export = prepare(args, record, log)

@@ -23,15 +23,14 @@ exported in one process are compared with eager torch in another):
 
 from __future__ import annotations
 
-import contextlib
 import time
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
+from vla_edge.archs.common import without_default_init
 from vla_edge.core.errors import ConfigError
 
 ARCHS = ("pi0", "pi05", "smolvla")
@@ -120,25 +119,6 @@ def build_stages(arch: str, model: nn.Module) -> Any:
     from vla_edge.archs.pi0.stages import build_stages as pi0_stages
 
     return pi0_stages(model)
-
-
-_INITIALISED = (nn.Linear, nn.Embedding, nn.Conv2d, nn.LayerNorm)
-
-
-@contextlib.contextmanager
-def without_default_init() -> Iterator[None]:
-    """Modules built inside get their memory but not their default initialisers' draws."""
-    from transformers.initialization import no_init_weights
-
-    saved = {cls: cls.reset_parameters for cls in _INITIALISED}
-    for cls in _INITIALISED:
-        cls.reset_parameters = lambda self: None  # type: ignore[method-assign]
-    try:
-        with no_init_weights():
-            yield
-    finally:
-        for cls, method in saved.items():
-            cls.reset_parameters = method  # type: ignore[method-assign]
 
 
 def module_generator(seed: int, name: str) -> torch.Generator:

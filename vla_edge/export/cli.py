@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="export untrained weights of this model config (training YAML) instead",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads while exporting")
+    parser.add_argument(
+        "--low-memory",
+        action="store_true",
+        help="--policy pi0 / pi05: export each stage in its own process that reads only its "
+        "weights (a full-size π0 in 24 GiB; the programs are checked by the parity gate only)",
+    )
     gate = parser.add_argument_group("parity gate")
     gate.add_argument(
         "--max-parity-pct",
@@ -148,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         for flag, value in (("--robot-mjcf", args.robot_mjcf), ("--ee-site", args.ee_site)):
             if value is not None:
                 raise ConfigError(f"{flag} is for --policy (a policy directory's kinematics)")
+        if args.low_memory:
+            raise ConfigError("--low-memory is for --policy (a π0 / π0.5 policy directory)")
         checkpoint: Path | None
         if args.untrained_config is not None:
             from vla_edge.policy.config import load_train_file
@@ -192,6 +200,8 @@ POLICY_EXPORTERS = {
     "smolvla": "vla_edge.export.smolvla",
 }
 """The module whose ``export_policy_dir`` exports each architecture's policy directory."""
+LOW_MEMORY_EXPORTS = ("pi0", "pi05")
+"""Architectures whose ``export_policy_dir`` takes ``low_memory`` (``--low-memory``)."""
 
 
 def _run_policy_dir(args: argparse.Namespace) -> int:
@@ -225,9 +235,15 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
                 f"--policy {args.policy}: architecture = {architecture!r} has no exporter "
                 f"(exported: {', '.join(POLICY_EXPORTERS)})"
             )
+        if args.low_memory and architecture not in LOW_MEMORY_EXPORTS:
+            raise ConfigError(
+                f"--low-memory exports {' and '.join(LOW_MEMORY_EXPORTS)} policy directories, "
+                f"not {architecture} (its whole model fits beside one stage's export)"
+            )
         exporter = importlib.import_module(POLICY_EXPORTERS[architecture])
         recipe = resolve_recipe(args.quant, args.quant_recipes)
         mjcf, ee_site = _checked_kinematics(policy, args.robot_mjcf, args.ee_site)
+        low_memory = {"low_memory": True} if args.low_memory else {}
         exporter.export_policy_dir(
             args.policy,
             args.out,
@@ -236,6 +252,7 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
             flow_steps=args.flow_steps,
             robot_mjcf=mjcf,
             ee_site=ee_site,
+            **low_memory,
         )
         if args.max_parity_pct is not None:
             _parity_gate(args, exporter.reference_stages(args.policy, args.flow_steps))

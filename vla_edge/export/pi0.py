@@ -27,7 +27,10 @@ manifest as openpi's inference pipeline does it
   (a policy directory's: as many as it has action statistics).
 
 :func:`export_pi0` exports the three programs and writes ``manifest.json``
-with the tokenizer beside them.
+with the tokenizer beside them. :func:`export_policy_dir` exports a policy directory,
+whole in this process or (``low_memory``) each stage in a process of its own that reads
+only that stage's weights (:mod:`vla_edge.export.pi0_stage_process`): a full-size π0 is
+13 GB in fp32, and its 8da4w fusion alone peaks at about 10 GiB while it lowers.
 """
 
 from __future__ import annotations
@@ -266,16 +269,22 @@ def export_pi0(
     normalisation: dict[str, Any] | None = None,
     extra: dict[str, Any] | None = None,
     calibration_images: list[torch.Tensor] | None = None,
+    entries: Mapping[str, dict[str, Any]] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Export π0 / π0.5's three programs, the tokenizer and ``manifest.json`` into ``out_dir``.
 
     Args:
+        model: the model; with ``entries``, only its config is read (it may be on the
+            meta device).
         tokenizer: the SentencePiece model (PaliGemma's), copied as ``tokenizer.model``.
         norm_stats, normalisation: see :func:`pi0_contract`.
         extra: more manifest fields (a policy directory's ``action_space``).
         calibration_images: int8 convolutions: vision-encoder inputs ``[n_slots, 3, S, S]`` in
             [-1, 1] that calibrate the int8 patch convolution (else it stays fp32).
+        entries: the manifest entries of all three stages, exported elsewhere into
+            ``out_dir`` (:func:`export_policy_dir`'s ``low_memory``): only the manifest
+            and the tokenizer are written here.
 
     Raises:
         ConfigError: unknown backend or recipe, a quantised recipe on ONNX, a missing
@@ -312,12 +321,13 @@ def export_pi0(
     calibration = vision_calibration(recipe, calibration_images)
     model.eval()
     return export_architecture(
-        pi0_stage_programs(model, backend),
+        pi0_stage_programs(model, backend) if entries is None else [],
         out_dir,
         contract,
         backend,
         recipe,
         calibration=calibration,
+        reused=None if entries is None else dict(entries),
         not_delegated_why=NOT_DELEGATED_WHY if backend == "executorch" else None,
         log=log,
     )
@@ -416,18 +426,19 @@ def manifest_spaces(
     }
 
 
-def load_policy_model(path: str | Path, flow_steps: int | None = None) -> tuple[Any, Pi0Model]:
-    """A π0 / π0.5 policy directory and its model with the directory's weights.
+def checked_policy(
+    path: str | Path, flow_steps: int | None = None, verify_sha256: bool = True
+) -> tuple[Any, Pi0Config]:
+    """A π0 / π0.5 policy directory and its model config (``flow_steps`` applied).
 
     Raises:
         ConfigError: the directory holds another architecture, or its prompt or
             image resize is not π0's.
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.archs.pi0.checkpoint import load_pi0_weights
     from vla_edge.archs.policy_dir import load_policy_dir
 
-    policy = load_policy_dir(path, verify_sha256=True)
+    policy = load_policy_dir(path, verify_sha256=verify_sha256)
     if policy.architecture not in ("pi0", "pi05"):
         raise ConfigError(
             f"{path}: architecture = {policy.architecture!r}: vla-edge export --policy "
@@ -445,8 +456,38 @@ def load_policy_model(path: str | Path, flow_steps: int | None = None) -> tuple[
         raise ConfigError(
             f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad' (openpi)"
         )
-    model = Pi0Model(config).eval()
-    load_pi0_weights(policy, model)
+    return policy, config
+
+
+def load_policy_model(
+    path: str | Path,
+    flow_steps: int | None = None,
+    stage: str | None = None,
+    verify_sha256: bool = True,
+) -> tuple[Any, Pi0Model]:
+    """A π0 / π0.5 policy directory and its model with the directory's weights.
+
+    ``stage``: only that stage's weights are read; the rest of the model is allocated
+    but never written (:func:`~vla_edge.archs.common.without_default_init`), so not
+    resident.
+
+    Raises:
+        ConfigError: as :func:`checked_policy`; an unknown stage.
+        PolicyDirError: (and its relatives) an invalid policy directory.
+    """
+    from vla_edge.archs.common import without_default_init
+    from vla_edge.archs.pi0.checkpoint import load_pi0_weights
+
+    if stage is not None and stage not in STAGE_NAMES:
+        raise ConfigError(f"stage = {stage!r}, expected one of {STAGE_NAMES}")
+    policy, config = checked_policy(path, flow_steps, verify_sha256)
+    if stage is None:
+        model = Pi0Model(config).eval()
+        load_pi0_weights(policy, model)
+    else:
+        with without_default_init():
+            model = Pi0Model(config).eval()
+        load_pi0_weights(policy, model, only=build_stages(model).modules()[stage])
     return policy, model
 
 
@@ -466,6 +507,7 @@ def export_policy_dir(
     robot_mjcf: str | Path | None = None,
     ee_site: str | None = None,
     arm_joints: Sequence[str] | None = None,
+    low_memory: bool = False,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Export a π0 / π0.5 policy directory (``vla-edge import``'s) like :func:`export_pi0`.
@@ -482,15 +524,30 @@ def export_policy_dir(
             (see :func:`manifest_kinematics`; the model and site default to
             :meth:`~vla_edge.archs.policy_dir.PolicyDir.robot_model`'s, the ones the import
             checked); ignored by the other kinds.
+        low_memory: export each stage in a process of its own that reads only that
+            stage's weights (:mod:`vla_edge.export.pi0_stage_process`); the peak is the
+            largest stage's instead of the whole model's plus a stage's. The programs
+            are not run against torch at export time (``check_max_abs`` is null): the
+            parity gate of ``vla-edge export --max-parity-pct`` compares them.
 
     Raises:
         ConfigError: the directory holds another architecture, or its prompt or
-            image resize is not π0's.
+            image resize is not π0's; a stage's process failed (its error is quoted).
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.export.pipeline import policy_dir_source
+    from vla_edge.export.pipeline import check_backend_quant, policy_dir_source
 
-    policy, model = load_policy_model(path, flow_steps)
+    entries = None
+    if low_memory:
+        from vla_edge.export.pi0_stage_process import export_in_processes
+
+        recipe = check_backend_quant(backend, quant)
+        policy, config = checked_policy(path, flow_steps)
+        with torch.device("meta"):
+            model = Pi0Model(config).eval()
+        entries = export_in_processes(path, out_dir, backend, recipe, flow_steps, log)
+    else:
+        policy, model = load_policy_model(path, flow_steps)
     source = policy_dir_source(path, policy)
     return export_pi0(
         model,
@@ -504,5 +561,6 @@ def export_policy_dir(
         normalisation=policy.manifest_normalisation(),
         source=source,
         extra=manifest_spaces(policy, robot_mjcf, ee_site, arm_joints),
+        entries=entries,
         log=log,
     )

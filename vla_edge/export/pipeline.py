@@ -368,10 +368,17 @@ def _reuse_stage(
     return entry
 
 
-def _stage_line(name: str, entry: dict[str, Any]) -> str:
+def stage_line(name: str, entry: dict[str, Any]) -> str:
+    """The progress line of a freshly exported stage: file, size, time, check, delegation."""
+    checked = entry["check_max_abs"]
     line = (
         f"{name}: {entry['file']} {entry['bytes'] / 2**20:.2f} MiB in "
-        f"{entry['export_s']:.1f} s, max |program - torch| = {entry['check_max_abs']:.2e}"
+        f"{entry['export_s']:.1f} s, "
+        + (
+            "not run against torch here"
+            if checked is None
+            else f"max |program - torch| = {checked:.2e}"
+        )
     )
     if "delegation" in entry:
         d = entry["delegation"]
@@ -381,6 +388,19 @@ def _stage_line(name: str, entry: dict[str, Any]) -> str:
             f"{sorted(d['non_delegated_ops'])}"
         )
     return line
+
+
+def explain_delegation(entry: dict[str, Any], not_delegated_why: dict[str, str] | None) -> None:
+    """An ExecuTorch entry's ``delegation.why``: why each operator left outside XNNPACK is.
+
+    ``not_delegated_why``: operator name -> reason (one not listed is ``"unexplained"``);
+    ``None`` (or an entry without ``delegation``) leaves the entry as it is.
+    """
+    if not_delegated_why is not None and "delegation" in entry:
+        left = entry["delegation"]["non_delegated_ops"]
+        entry["delegation"]["why"] = {
+            op: not_delegated_why.get(op, "unexplained") for op in sorted(left)
+        }
 
 
 def export_architecture(
@@ -442,13 +462,9 @@ def export_architecture(
         stage_backend = (stage_backends or {}).get(stage.name, backend)
         calib = (calibration or {}).get(stage.name)
         entry = export_stage(stage, stage_backend, settings[stage.name], out_dir, calib)
-        if not_delegated_why is not None and "delegation" in entry:
-            left = entry["delegation"]["non_delegated_ops"]
-            entry["delegation"]["why"] = {
-                op: not_delegated_why.get(op, "unexplained") for op in sorted(left)
-            }
+        explain_delegation(entry, not_delegated_why)
         entries[stage.name] = entry
-        log(_stage_line(stage.name, entry))
+        log(stage_line(stage.name, entry))
     rest = {k: v for k, v in contract.items() if k not in ("architecture", "stage_order")}
     host = json.loads(json.dumps(rest.pop("host")))
     tok = host.get("token_ids", {}).get("tokenizer")

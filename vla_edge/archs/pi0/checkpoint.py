@@ -52,7 +52,7 @@ from vla_edge.archs.common import (
     ImportOptions,
     compare_keys,
     format_key_report,
-    load_state_strictly,
+    load_tensors_into,
     policy_weights_path,
     read_config_json,
     read_header,
@@ -479,26 +479,27 @@ def read_checkpoint(path: str | Path, options: ImportOptions | None = None) -> P
     )
 
 
-def load_pi0_weights(policy_dir: Any, model: torch.nn.Module) -> None:
+def load_pi0_weights(
+    policy_dir: Any, model: torch.nn.Module, only: torch.nn.Module | None = None
+) -> None:
     """Load a policy directory's weights into ``model`` (a :class:`Pi0Model`), strictly.
 
     ``policy_dir`` is a :class:`~vla_edge.archs.policy_dir.PolicyDir`, a policy directory's
     path or its ``model.safetensors``. The header is checked against
     :func:`policy_file_shapes` of ``model.config`` before a tensor is read; tensors are
-    cast to each parameter's dtype.
+    read one at a time and cast to each parameter's dtype
+    (:func:`~vla_edge.archs.common.load_tensors_into`). ``only``: a part of ``model`` (one
+    stage); just its tensors are read.
 
     Raises:
         CheckpointKeysError: a missing, unexpected or mis-shaped key.
     """
-    from safetensors.torch import load_file
-
     weights_path = policy_weights_path(policy_dir)
     config: Pi0Config = model.config  # type: ignore[assignment]
     header = read_header(weights_path)
     report = compare_keys({k: v[0] for k, v in header.items()}, policy_file_shapes(config))
     if not report.ok:
         raise CheckpointKeysError(format_key_report(report, str(weights_path)))
-    target = model.state_dict()
-    tensors = from_openpi(load_file(str(weights_path)))
-    tensors = {k: v.to(target[k].dtype) if k in target else v for k, v in tensors.items()}
-    load_state_strictly(model, tensors, str(weights_path))
+    # the file's key of each of ours: from_openpi's renaming applied to the names alone
+    file_keys = from_openpi({key: key for key in header})
+    load_tensors_into(model, weights_path, file_keys, only)
