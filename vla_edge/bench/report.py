@@ -589,8 +589,14 @@ def render_loop(reports: Sequence[Json]) -> str:
             [
                 f"{m['arch']} {m['size']}, {m['cameras']} cam "
                 f"({r['artifacts']['parameters'] / 1e6:.3g} M parameters)",
+                f"{_LOOP_BACKENDS[m.get('backend', 'onnx')]} {m.get('quant', 'fp32')}: "
                 f"{r['artifacts']['export_bytes'] / 2**30:.2f} GiB"
-                + (f" in {r['export']['wall_s']:.0f} s" if "export" in r else ""),
+                + (f" in {r['export']['wall_s']:.0f} s" if "export" in r else "")
+                + (
+                    f", peak {r['export']['peak_rss_mb'] / 1024:.1f} GiB"
+                    if "peak_rss_mb" in r.get("export", {})
+                    else ""
+                ),
                 f"{r['inference']['p50_ms']:,.0f}",
                 f"{ev['episodes']} ep., delay {ev['delay_ms']:,.0f} ms: "
                 f"{ctrl['accepted']} accepted, {ctrl['rejected']} refused "
@@ -605,6 +611,7 @@ def render_loop(reports: Sequence[Json]) -> str:
                     else ""
                 ),
                 f"{la['safety']['rejected']:.0f} / {la['safety']['rejected_out_of_limits']:.0f}",
+                _node_peak(la["rss_mb"]["inference_node"]),
                 "all hold"
                 if all(checks.values())
                 else "failed: " + ", ".join(name for name, ok in checks.items() if not ok),
@@ -612,15 +619,26 @@ def render_loop(reports: Sequence[Json]) -> str:
         )
     header = [
         "model",
-        "ONNX fp32 export",
+        "export",
         "inference p50 (ms)",
         "eval (virtual time)",
         "eval safety rejected / out of limits / e-stops",
         "launch sim (real processes)",
         "launch safety rejected / out of limits",
+        "inference node resident memory",
         "checks",
     ]
     return _table(header, rows)
+
+
+_LOOP_BACKENDS = {"onnx": "ONNX", "executorch": "ExecuTorch"}
+
+
+def _node_peak(rss: Json) -> str:
+    """A node's resident memory in the graph: its peak (GiB), or its end where none was kept."""
+    if "peak" in rss:
+        return f"peak {rss['peak'] / 1024:.2f} GiB"
+    return f"{rss['end'] / 1024:.2f} GiB at the end"
 
 
 def _rate(per_seed: Json, seeds: Sequence[str]) -> float:
@@ -1174,6 +1192,16 @@ TABLES: tuple[Table, ...] = (
         "`vla-edge bench latency --arch pi0 --size full --cameras 1 --threads 2 --backend "
         "torch,executorch --variants executorch_8da4w_head8,executorch_int8wo,executorch_fp16 "
         "--no-fit-search --timeout-s 3600 --json OUT`",
+        render_full_size,
+    ),
+    Table(
+        "recipes_pi05",
+        (_r("bench_recipes_pi05_full.json"),),
+        "`vla-edge bench latency --arch pi05 --size full --cameras 1 --threads 2 --backend "
+        "torch,executorch --variants executorch_8da4w_head8,executorch_int8wo,executorch_fp16 "
+        "--no-fit-search --timeout-s 3600 --json OUT`, then the same with `--resume` after "
+        "removing the `8da4w_head8` rows, whose timed runs had shared the CPU with another job "
+        "(the torch rows and reference actions kept)",
         render_full_size,
     ),
     Table(
