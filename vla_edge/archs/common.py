@@ -341,14 +341,16 @@ def load_tensors_into(
         only: a part of ``model`` (a module sharing its parameters, a stage): just the
             tensors it holds are read; the rest of the model is left as it is.
 
-    Each tensor is cast to its parameter's dtype as it is copied, so the peak is the
-    model plus one tensor, not the model plus the file.
+    Each tensor is read with plain file reads (not a memory map, whose pages would count
+    as this process's memory until the file closes) and cast to its parameter's dtype as
+    it is copied, so the peak is the model plus one tensor, not the model plus the file.
 
     Returns:
         How many tensors were read.
 
     Raises:
         CheckpointKeysError: a key of the model without a value, or a value for no key.
+        CheckpointError: a truncated file, or a dtype this reader does not know.
     """
     import torch
 
@@ -360,9 +362,22 @@ def load_tensors_into(
     if only is not None:
         held = {id(t) for t in (*only.parameters(), *only.buffers())}
         target = {k: t for k, t in target.items() if id(t) in held}
-    with safe_open(str(path), framework="pt") as f, torch.no_grad():
+    header, start = _raw_header(path)
+    with open(path, "rb") as f, torch.no_grad():
         for key, tensor in target.items():
-            tensor.copy_(f.get_tensor(file_keys[key]))
+            info = header[file_keys[key]]
+            dtype = DTYPE_NAMES.get(info["dtype"])
+            if dtype is None:
+                raise CheckpointError(f"{path}: {file_keys[key]} has dtype {info['dtype']!r}")
+            begin, end = (int(x) for x in info["data_offsets"])
+            f.seek(start + begin)
+            data = bytearray(end - begin)
+            if f.readinto(data) != len(data):
+                raise CheckpointError(f"{path}: truncated tensor data of {file_keys[key]}")
+            value = torch.frombuffer(data, dtype=getattr(torch, dtype)) if data else None
+            if value is not None:
+                tensor.copy_(value.reshape(info["shape"]))
+            del data, value
     return len(target)
 
 
