@@ -506,6 +506,8 @@ def run_vla_edge(argv: list[str], log_file: Path, timeout_s: float | None = None
 def run_eval(args: argparse.Namespace, export: Path, delay_ms: float) -> dict[str, Any]:
     """Step 5: ``vla-edge eval`` in virtual time with ``delay_ms`` per inference."""
     out = args.work_dir / "eval.json"
+    for stale in (out, out.with_suffix(".episodes.jsonl")):  # an earlier run's (--reuse)
+        stale.unlink(missing_ok=True)
     argv = ["eval", "--policy", str(export), "--episodes", str(args.episodes)]
     argv += ["--tasks", args.task, "--delay-ms", f"{delay_ms:.0f}", "--quiet"]
     argv += ["--threads", str(args.threads), "--json", str(out)]
