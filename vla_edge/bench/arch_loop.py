@@ -356,11 +356,20 @@ def write_checkpoint(args: argparse.Namespace, ckpt: Path, tokenizer: Path) -> P
     if args.arch == "smolvla":
         write_smolvla_checkpoint(ckpt, model, home_statistics())
         del model
-        return write_word_tokenizer(tokenizer)
+        return write_word_tokenizer(tokenizer_path(args.arch, tokenizer))
     variants = ("gemma_2b", "gemma_300m") if args.size == "full" else ("dummy", "dummy")
     write_openpi_checkpoint(ckpt, model, openpi_statistics(home_statistics()), variants)
     del model
-    return write_sentencepiece_tokenizer(tokenizer / "tokenizer.model")
+    return write_sentencepiece_tokenizer(tokenizer_path(args.arch, tokenizer))
+
+
+def tokenizer_path(arch: str, tokenizer: Path) -> Path:
+    """The tokenizer ``vla-edge import`` takes from the work dir's ``tokenizer`` folder.
+
+    The folder itself (SmolVLA's Hugging Face tokenizer) or the SentencePiece model in it
+    (π0 / π0.5).
+    """
+    return tokenizer if arch == "smolvla" else tokenizer / "tokenizer.model"
 
 
 def import_options(args: argparse.Namespace, config: Any) -> Any:
@@ -401,9 +410,7 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
     }
     if not (args.reuse and (ckpt / "model.safetensors").is_file()):
         with _timed(record, "checkpoint", log):
-            tokenizer_path = write_checkpoint(args, ckpt, tokenizer)
-    else:
-        tokenizer_path = tokenizer if args.arch == "smolvla" else tokenizer / "tokenizer.model"
+            write_checkpoint(args, ckpt, tokenizer)
     if not (args.reuse and (policy / "policy.yaml").is_file()):
         with _timed(record, "import", log):
             slots = {
@@ -413,7 +420,7 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
             import_checkpoint(
                 ckpt,
                 policy,
-                tokenizer_path,
+                tokenizer_path(args.arch, tokenizer),
                 DT_ACTION_S,
                 default_robot(),
                 options=import_options(args, config),
