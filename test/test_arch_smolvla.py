@@ -25,6 +25,7 @@ from vla_edge.archs.smolvla.layers import (
     time_embedding,
 )
 from vla_edge.archs.smolvla.model import smolvlm_config, text_config
+from vla_edge.archs.smolvla.stages import head_actions
 
 # real architectures built and run at tiny sizes: in `make test`, not the fast tier
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def setup():
 def host(example):
     (images,) = example["vision_encoder"]
     _, image_mask, token_ids, token_mask, state = example["fusion"]
-    _, _, _, noise, prefix_actions, _ = example["action_head"]
+    _, _, _, noise, prefix_actions, *_ = example["action_head"]
     return images, image_mask, token_ids, token_mask, state, noise, prefix_actions
 
 
@@ -308,7 +309,7 @@ def test_state_is_the_last_prefix_token_and_images_and_language_do_not_see_it(se
 
 def test_action_tokens_attend_causally(setup):
     model, stages, example = setup
-    keys, values, pad, noise, _, _ = example["action_head"]
+    keys, values, pad, noise, *_ = example["action_head"]
     kv = model.expert_kv(keys, values)
     time_emb = model.time_embedding(torch.tensor([0.6]))
     other = noise.clone()
@@ -324,7 +325,7 @@ def test_cross_attention_layers_project_the_backbones_keys_and_values(setup):
     model, _, example = setup
     config = model.config
     t = config.text
-    keys, values, pad, noise, _, _ = example["action_head"]
+    keys, values, pad, noise, *_ = example["action_head"]
     assert config.cross_attention_layers == (1, 3)
     kv = model.expert_kv(keys, values)
     for i, layer in enumerate(model.expert.layers):
@@ -356,10 +357,10 @@ def test_cross_attention_layers_project_the_backbones_keys_and_values(setup):
 
 def test_action_head_never_updates_the_cache(setup):
     _, stages, example = setup
-    keys, values, pad, noise, prefix_actions, mask = example["action_head"]
+    keys, values, pad, noise, prefix_actions, mask, *_ = example["action_head"]
     before = (keys.clone(), values.clone())
     with torch.no_grad():
-        stages.action_head(keys, values, pad, noise, prefix_actions, mask)
+        head_actions(stages, keys, values, pad, noise, prefix_actions, mask)
     assert torch.equal(keys, before[0]) and torch.equal(values, before[1])
 
 
@@ -375,7 +376,7 @@ def test_positions_continue_in_self_attention_and_restart_in_cross_attention():
 
 def test_executed_prefix_rows_follow_the_flow_path_and_come_out_exact(setup, monkeypatch):
     model, stages, example = setup
-    keys, values, pad, noise, prefix_actions, _ = example["action_head"]
+    keys, values, pad, noise, prefix_actions, *_ = example["action_head"]
     mask = torch.zeros(1, model.config.chunk_size)
     mask[:, :3] = 1.0
     seen: list[torch.Tensor] = []
@@ -386,8 +387,7 @@ def test_executed_prefix_rows_follow_the_flow_path_and_come_out_exact(setup, mon
         return real(self, kv, p, x_t, time_emb)
 
     monkeypatch.setattr(type(stages.action_head), "velocity", recording)
-    with torch.no_grad():
-        out = stages.action_head(keys, values, pad, noise, prefix_actions, mask)
+    out = head_actions(stages, keys, values, pad, noise, prefix_actions, mask)
     assert torch.equal(out[:, :3], prefix_actions[:, :3])
     assert not torch.allclose(out[:, 3:], prefix_actions[:, 3:])
     for t, x_t in zip(flow_times(model.config.flow_steps), seen, strict=True):
@@ -403,9 +403,8 @@ def test_all_zero_prefix_mask_is_exactly_reference_sampling(setup):
         cache = stages.fusion(
             stages.vision_encoder(images), image_mask, token_ids, token_mask, state
         )
-        out = stages.action_head(
-            *cache, noise, prefix_actions, torch.zeros(1, model.config.chunk_size)
-        )
+    no_prefix = torch.zeros(1, model.config.chunk_size)
+    out = head_actions(stages, *cache, noise, prefix_actions, no_prefix)
     assert (out - reference).abs().max().item() <= 1e-5
 
 
@@ -418,8 +417,8 @@ def test_euler_runs_from_noise_at_t1_at_lerobots_times(setup, monkeypatch):
         return torch.ones_like(x_t)
 
     monkeypatch.setattr(type(stages.action_head), "velocity", constant)
-    keys, values, pad, noise, prefix_actions, mask = example["action_head"]
-    out = stages.action_head(keys, values, pad, noise, prefix_actions, mask)
+    keys, values, pad, noise, prefix_actions, mask, *_ = example["action_head"]
+    out = head_actions(stages, keys, values, pad, noise, prefix_actions, mask)
     steps = model.config.flow_steps
     times = flow_times(steps)
     assert len(calls) == steps and torch.equal(calls[0][1], noise)

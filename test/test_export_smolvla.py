@@ -28,7 +28,8 @@ import torch.nn.functional as F  # noqa: N812
 from stage_chain import chained_actions, open_stage_programs
 
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel, SmolVLMTextSize, build_stages
-from vla_edge.archs.smolvla.stages import run_stages
+from vla_edge.archs.smolvla.stages import head_actions, run_stages
+from vla_edge.archs.stage_io import flow_calls
 from vla_edge.core.errors import (
     CameraMapError,
     ConfigError,
@@ -566,11 +567,13 @@ def test_the_xnnpack_rewrite_equals_the_reference_stages(present, n_real_tokens)
         fusion_in = (tokens, image_mask, token_ids, token_mask, state)
         cache = reference.fusion(*fusion_in)
         assert_close(rewritten["fusion"](*fusion_in), cache, "fusion")
-        actions = reference.action_head(*cache, *head)
-        assert_close(rewritten["action_head"](*cache, *head), actions, "action_head")
+        actions = head_actions(reference, *cache, *head)
+        steps = [row[None] for row in torch.eye(model.config.flow_steps)]  # the declared loop
+        looped = rewritten["action_head"]
+        assert_close(flow_calls(looped, (*cache, *head), head[0], steps), actions, "action_head")
         # the whole chain: every masked slot and padded token is masked as the reference masks it
         chained = rewritten["fusion"](rewritten["vision_encoder"](images), *fusion_in[1:])
-        assert_close(rewritten["action_head"](*chained, *head), actions, "chain")
+        assert_close(flow_calls(looped, (*chained, *head), head[0], steps), actions, "chain")
     assert torch.equal(actions[0, :2], head[1][0, :2])  # the executed prefix, kept
     n_real = int(cache[2].sum())
     slot_tokens = model.config.vision.num_tokens

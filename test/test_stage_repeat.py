@@ -1,8 +1,8 @@
 """A stage run as K calls of its program (the manifest's ``repeat``): checks and the loop.
 
-π0's action head is exported as one Euler step that the runner calls K times (lowering K
-unrolled steps runs out of memory at full size); the loop must give what the unrolled
-reference gives, and a manifest whose loop does not fit its stage is refused by name.
+π0's and SmolVLA's action heads are exported as one Euler step that the runner calls K
+times (lowering K unrolled steps runs out of memory at full size); the loop must give what
+the reference sampling gives, and a manifest whose loop does not fit its stage is refused by name.
 """
 
 import numpy as np
@@ -12,6 +12,9 @@ from export_fixtures import edited_export, observation, shared_onnx_export
 
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages
 from vla_edge.archs.pi0.layers import euler_times
+from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel
+from vla_edge.archs.smolvla import build_stages as smolvla_stages
+from vla_edge.archs.smolvla.layers import flow_times
 from vla_edge.core.errors import ManifestMismatchError
 from vla_edge.export.manifest import TensorSpec, load_manifest, run_stage, stage_repeat
 from vla_edge.runners.onnx_runner import OnnxRunner
@@ -136,41 +139,72 @@ def test_a_bad_loop_in_a_manifest_is_refused_naming_the_stage(onnx_dir, tmp_path
 # -- π0's action head ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("pi05", [False, True], ids=["pi0", "pi05"])
-def test_pi0s_declared_loop_run_as_a_runner_does_equals_reference_sampling(pi05) -> None:
+def randomised(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` in eval mode with every parameter random (unit norms would hide bugs)."""
     torch.manual_seed(0)
-    model = Pi0Model(Pi0Config.tiny(pi05=pi05)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.2)
+    return model.eval()
+
+
+def run_declared_loop(stages, values: dict) -> tuple:
+    """The action head's declared loop, checked as a manifest's is, run as a runner runs it."""
+    inputs, outputs = stages.inputs()["action_head"], stages.outputs()["action_head"]
+    repeat = stage_repeat(stages.repeats()["action_head"], tuple(inputs), tuple(outputs))
+    with torch.no_grad():
+        (got,) = run_stage(
+            lambda args: [stages.action_head(*args)], inputs, outputs, repeat, values,
+            torch.from_numpy,
+        )  # fmt: skip
+    return repeat, got
+
+
+def cache_values(cache, noise) -> dict:
+    """Fusion's outputs and the host's noise, with no executed prefix, by source."""
+    names = ("prefix_keys", "prefix_values", "prefix_pad")
+    values = {f"stage:fusion.{n}": t for n, t in zip(names, cache, strict=True)}
+    values.update({
+        "host:noise": noise,
+        "host:prefix_actions": torch.zeros_like(noise),
+        "host:prefix_mask": torch.zeros(noise.shape[:2]),
+    })  # fmt: skip
+    return values
+
+
+@pytest.mark.parametrize("pi05", [False, True], ids=["pi0", "pi05"])
+def test_pi0s_declared_loop_run_as_a_runner_does_equals_reference_sampling(pi05) -> None:
+    model = randomised(Pi0Model(Pi0Config.tiny(pi05=pi05)))
     stages = build_stages(model)
-    inputs, outputs = stages.inputs(), stages.outputs()
-    repeat = stage_repeat(
-        stages.repeats()["action_head"], tuple(inputs["action_head"]), tuple(outputs["action_head"])
-    )
-    assert repeat.count == model.config.flow_steps
-    assert [float(v[0]) for v in repeat.inputs["time"]] == euler_times(model.config.flow_steps)
     example = stages.example_inputs()
     (images,) = example["vision_encoder"]
     _, image_mask, token_ids, token_mask = example["fusion"]
     state, noise = example["action_head"][3:5]
     with torch.no_grad():
         cache = stages.fusion(stages.vision_encoder(images), image_mask, token_ids, token_mask)
-        values = dict(zip(["stage:fusion.prefix_keys", "stage:fusion.prefix_values",
-                           "stage:fusion.prefix_pad"], cache, strict=True))  # fmt: skip
-        values.update({
-            "host:state": state,
-            "host:noise": noise,
-            "host:prefix_actions": torch.zeros_like(noise),
-            "host:prefix_mask": torch.zeros(noise.shape[:2]),
-        })  # fmt: skip
-        (got,) = run_stage(
-            lambda args: [stages.action_head(*args)],
-            inputs["action_head"],
-            outputs["action_head"],
-            repeat,
-            values,
-            torch.from_numpy,
-        )
         want = model.sample_actions(images, image_mask, token_ids, token_mask, state, noise)
+    repeat, got = run_declared_loop(stages, {**cache_values(cache, noise), "host:state": state})
+    assert repeat.count == model.config.flow_steps
+    assert [float(v[0]) for v in repeat.inputs["time"]] == euler_times(model.config.flow_steps)
+    assert (got - want).abs().max().item() <= 1e-5
+
+
+def test_smolvlas_declared_loop_run_as_a_runner_does_equals_reference_sampling() -> None:
+    model = randomised(SmolVLAModel(SmolVLAConfig.tiny()))
+    stages = smolvla_stages(model)
+    example = stages.example_inputs()
+    (images,) = example["vision_encoder"]
+    _, image_mask, token_ids, token_mask, state = example["fusion"]
+    noise = example["action_head"][3]
+    with torch.no_grad():
+        cache = stages.fusion(stages.vision_encoder(images), *example["fusion"][1:])
+        want = model.sample_actions(images, image_mask, token_ids, token_mask, state, noise)
+    repeat, got = run_declared_loop(stages, cache_values(cache, noise))
+    steps = model.config.flow_steps
+    assert repeat.count == steps and repeat.carry == {"x_t": "actions"}
+    # each call's step is one row of the identity: it selects that step's time and embedding
+    np.testing.assert_array_equal(np.concatenate(repeat.inputs["step"]), np.eye(steps))
+    head = stages.action_head
+    assert head.step_times.flatten().tolist() == flow_times(steps)
+    assert torch.equal(head.time_embeddings, model.time_embedding(head.step_times.flatten()))
     assert (got - want).abs().max().item() <= 1e-5

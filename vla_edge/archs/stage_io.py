@@ -11,6 +11,7 @@ The pieces here are the same for every architecture:
 * :func:`collect_prefix_cache`: the per-layer key/value cache of one pass over the prefix.
 * :func:`executed_prefix_masks`, :func:`on_flow_path`, :func:`default_executed_prefix`:
   executed-prefix inpainting in the action head's Euler loop.
+* :func:`flow_calls`: an action head exported as one Euler step, called K times in torch.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def example_tensor(spec: TensorSpec, vocab_size: int, gen: torch.Generator) -> t
         return torch.rand(spec.shape, generator=gen) * 2.0 - 1.0
     if spec.name == "time":  # a flow time
         return torch.rand(spec.shape, generator=gen)
+    if spec.name == "step":  # a flow step, one-hot [1, K]: the middle one (t away from 1)
+        steps = spec.shape[-1]
+        return torch.eye(steps)[steps // 2].reshape(spec.shape)
     return torch.randn(spec.shape, generator=gen)
 
 
@@ -155,7 +159,7 @@ def executed_prefix_masks(prefix_mask: torch.Tensor) -> tuple[torch.Tensor, torc
 
 def on_flow_path(
     x_t: torch.Tensor,
-    t: float,
+    t: float | torch.Tensor,
     noise: torch.Tensor,
     prefix_actions: torch.Tensor,
     keep: torch.Tensor,
@@ -176,3 +180,20 @@ def default_executed_prefix(
     if prefix_mask is None:
         prefix_mask = torch.zeros(noise.shape[:2])
     return prefix_actions, prefix_mask
+
+
+def flow_calls(
+    step: Callable[..., torch.Tensor],
+    fixed: Sequence[torch.Tensor],
+    noise: torch.Tensor,
+    per_call: Iterable[torch.Tensor],
+) -> torch.Tensor:
+    """An action head of one Euler step called once per value of ``per_call``, as a runner does.
+
+    Each call is ``step(*fixed, x_t, value)``: ``x_t`` is ``noise`` first, then the
+    previous call's actions (the manifest's ``carry``); the last call's actions are returned.
+    """
+    x_t = noise
+    for value in per_call:
+        x_t = step(*fixed, x_t, value)
+    return x_t

@@ -51,8 +51,9 @@ takes its listed value for that call, an input in ``carry`` takes (from the
 second call on) the named output of the call before, and every other input
 keeps its value; the stage's outputs are those of the last call. π0's action
 head is one Euler step of the flow exported this way (``time`` per call,
-``x_t`` carried from ``actions``, first from ``host:noise``): lowering K
-unrolled steps takes memory that grows with the square of K, one step does not.
+``x_t`` carried from ``actions``, first from ``host:noise``), and SmolVLA's
+(``step`` per call, a one-hot row): lowering K unrolled steps takes memory
+that grows with K, one step does not.
 
 ``output`` names the stage output decoded into the chunk:
 ``[1, H, action_dim]`` normalised actions of which the first ``A`` are used, as

@@ -49,10 +49,10 @@ from vla_edge.archs.pi0.model import Pi0Model
 from vla_edge.archs.pi0.stages import STAGE_NAMES, Pi0Stages, build_stages
 from vla_edge.archs.policy_dir import TABLETOP_ROBOT
 from vla_edge.core.errors import ConfigError
-from vla_edge.export.manifest import BACKENDS, TensorSpec, stage_repeat
+from vla_edge.export.manifest import BACKENDS
 from vla_edge.export.pipeline import prefix_flow_contract
 from vla_edge.export.quant_recipes import QuantRecipe
-from vla_edge.export.stages import StageProgram
+from vla_edge.export.stages import StageProgram, stage_programs
 
 OUTPUT = "action_head.actions"
 TOKENIZER_FILE = "tokenizer.model"
@@ -232,25 +232,7 @@ def pi0_stage_programs(model: Pi0Model, backend: str = "onnx", seed: int = 0) ->
         from vla_edge.export.pi0_xnnpack import xnnpack_stages
 
         modules = xnnpack_stages(stages.vision_encoder, stages.fusion, stages.action_head)
-    examples = example_inputs(stages, seed)
-    inputs, outputs, repeats = stages.inputs(), stages.outputs(), stages.repeats()
-    programs = []
-    for name in STAGE_NAMES:
-        declared_in = tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name])
-        declared_out = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name])
-        repeat = repeats.get(name)
-        programs.append(
-            StageProgram(
-                name,
-                modules[name],
-                examples[name],
-                declared_in,
-                declared_out,
-                "per_observation",
-                None if repeat is None else stage_repeat(repeat, declared_in, declared_out, name),
-            )
-        )
-    return programs
+    return stage_programs(stages, modules, example_inputs(stages, seed))
 
 
 def export_pi0(

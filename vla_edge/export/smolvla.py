@@ -63,12 +63,12 @@ from vla_edge.core.errors import (
     ManifestMismatchError,
     TokenizerMismatchError,
 )
-from vla_edge.export.manifest import BACKENDS, HF_TOKENIZER_JSON, TensorSpec, file_sha256
+from vla_edge.export.manifest import BACKENDS, HF_TOKENIZER_JSON, file_sha256
 from vla_edge.export.normalisation import codec_from_section
 from vla_edge.export.pipeline import prefix_flow_contract
 from vla_edge.export.quant_recipes import QuantRecipe
 from vla_edge.export.smolvla_xnnpack import NOT_DELEGATED_WHY, xnnpack_stages
-from vla_edge.export.stages import StageProgram
+from vla_edge.export.stages import StageProgram, stage_programs
 
 ARCHITECTURE = "smolvla"
 OUTPUT = "action_head.actions"
@@ -223,13 +223,13 @@ def example_inputs(stages: SmolVLAStages, seed: int = 0) -> dict[str, tuple[torc
     with torch.no_grad():
         tokens = stages.vision_encoder(*ex["vision_encoder"])
         cache = stages.fusion(tokens, *ex["fusion"][1:])
-    noise, prefix_actions, prefix_mask = ex["action_head"][3:]
+    noise, prefix_actions, prefix_mask, x_t, step = ex["action_head"][3:]
     prefix_mask = torch.zeros_like(prefix_mask)
     prefix_mask[0, : min(2, prefix_mask.shape[1] - 1)] = 1.0
     chained = {
         "vision_encoder": ex["vision_encoder"],
         "fusion": (tokens, *ex["fusion"][1:]),
-        "action_head": (*cache, noise, prefix_actions, prefix_mask),
+        "action_head": (*cache, noise, prefix_actions, prefix_mask, x_t, step),
     }
     return {
         name: tuple(t.detach().contiguous().clone() for t in tensors)
@@ -262,19 +262,7 @@ def smolvla_stage_programs(
     modules = {name: module.eval() for name, module in stages.modules().items()}
     if backend == "executorch":
         modules = executorch_stages(model)
-    examples = example_inputs(stages, seed)
-    inputs, outputs = stages.inputs(), stages.outputs()
-    return [
-        StageProgram(
-            name,
-            modules[name],
-            examples[name],
-            tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name]),
-            tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name]),
-            "per_observation",
-        )
-        for name in STAGE_NAMES
-    ]
+    return stage_programs(stages, modules, example_inputs(stages, seed))
 
 
 def tokenizer_files(directory: str | Path) -> dict[str, Path]:

@@ -3,7 +3,8 @@
 :mod:`vla_edge.archs.smolvla.stages` is the readable reference; lowered to ExecuTorch
 through the generic rewrite (:mod:`vla_edge.export.xnnpack_rewrites`) it split, at the
 tiny size, into 5 XNNPACK calls in the vision encoder, 22 in fusion and 48 in the action
-head (5, 10 and 26 with two layers), with portable kernels between them (the 4-D attention's and the
+head of ten unrolled Euler steps (5, 10 and 26 with two layers), with portable kernels
+between them (the 4-D attention's and the
 grouped-query repeat's ``expand``, RMSNorm's 3-D ``mean``, RoPE's ``split``, masks built
 with comparisons, ``where`` and ``bitwise_and``, ``arange`` / ``full`` / ``pow`` in the
 graph, ``select`` of one layer from the stacked cache). Each stage here is rewritten as
@@ -27,8 +28,9 @@ so each stage lowers to one XNNPACK call. SmolVLA's own parts:
   ``sum(prefix_pad) + i`` as ``prefix_pad @ 1 + i`` (exact: integers below 2**24 in
   float32), once per chunk; the cross-attention layers' query positions are re-based to
   ``i`` whatever the prefix, so their RoPE tables are constants;
-* the cross-attention layers' projections of the backbone's cache, once per chunk; the
-  sinusoidal time embedding of each Euler step, a constant.
+* the action head is one Euler step (the runner calls it K times): its flow time and
+  time embedding are the one-hot ``step`` input times constant tables (``mm``); the
+  cross-attention layers' projections of the backbone's cache are made at every call.
 
 What stays outside XNNPACK, by design: the token-embedding lookup in ``fusion`` (a gather),
 and in 8da4w the cast of its gathered int8 rows — see :data:`NOT_DELEGATED_WHY`.
@@ -47,7 +49,7 @@ from vla_edge.archs.smolvla.config import SmolVLAConfig
 from vla_edge.archs.smolvla.layers import prefix_block_starts, rope_tables, suffix_block_starts
 from vla_edge.archs.smolvla.stages import (
     ACTION_PROJECTIONS,
-    ActionHeadStage,
+    ActionHeadStep,
     FusionStage,
     VisionEncoderStage,
 )
@@ -221,9 +223,9 @@ class XnnpackFusion(nn.Module):
 
 
 class XnnpackActionHead(nn.Module):
-    """:class:`ActionHeadStage` (K unrolled Euler steps of the expert) for XNNPACK."""
+    """:class:`ActionHeadStep` (one Euler step of the expert) for XNNPACK."""
 
-    def __init__(self, stage: ActionHeadStage) -> None:
+    def __init__(self, stage: ActionHeadStep) -> None:
         super().__init__()
         c: SmolVLAConfig = stage.config
         t = c.text
@@ -231,10 +233,12 @@ class XnnpackActionHead(nn.Module):
         for name in ACTION_PROJECTIONS:
             setattr(self, name, getattr(stage, name))
         self.cross = [c.is_cross_attention(i) for i in range(c.depth)]
-        self.times = list(stage.times)
         self.dt = float(stage.dt)
+        # the step's time and embedding: one-hot [1, K] times these tables
+        self.register_buffer("step_times", stage.step_times, persistent=False)
+        self.register_buffer("time_embeddings", stage.time_embeddings, persistent=False)
         self.heads, self.kv_heads, self.head_dim = t.num_heads, t.num_kv_heads, t.head_dim
-        horizon, width = c.chunk_size, c.expert_width
+        horizon = c.chunk_size
         self.horizon = horizon
         self.rope = LeRobotRope(t.head_dim, c.rope_max_wavelength)
         # cross-attention queries sit at sum(prefix_pad) + i re-based to start at 0: at i
@@ -252,9 +256,8 @@ class XnnpackActionHead(nn.Module):
         self.register_buffer("count", torch.ones(c.prefix_len, 1), persistent=False)
         steps = torch.arange(horizon, dtype=torch.float32).reshape(1, horizon)
         self.register_buffer("steps", steps, persistent=False)
-        for i in range(len(self.times)):
-            emb = stage.time_embeddings[i].reshape(1, 1, width).repeat(1, horizon, 1)
-            self.register_buffer(f"time_emb_{i}", emb, persistent=False)
+        # broadcasts the time embedding over the horizon (a multiplication, not an expand)
+        self.register_buffer("over_horizon", torch.ones(1, horizon, 1), persistent=False)
 
     def _cross_kv(
         self, layer: nn.Module, keys: torch.Tensor, values: torch.Tensor
@@ -272,11 +275,10 @@ class XnnpackActionHead(nn.Module):
         ropes: tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
         masks: tuple[torch.Tensor, torch.Tensor],
         x_t: torch.Tensor,
-        step: int,
+        emb: torch.Tensor,
     ) -> torch.Tensor:
-        """:meth:`~vla_edge.archs.smolvla.model.ActionParts.velocity` at Euler step ``step``."""
+        """:meth:`~vla_edge.archs.smolvla.model.ActionParts.velocity` for time embedding ``emb``."""
         (self_rope, cross_rope), (self_mask, cross_mask) = ropes, masks
-        emb = getattr(self, f"time_emb_{step}")
         fused = self.action_time_mlp_in(torch.cat([self.action_in_proj(x_t), emb], dim=2))
         x = self.action_time_mlp_out(F.silu(fused))
         scale = self.head_dim**-0.5
@@ -307,8 +309,10 @@ class XnnpackActionHead(nn.Module):
         noise: torch.Tensor,
         prefix_actions: torch.Tensor,
         prefix_mask: torch.Tensor,
+        x_t: torch.Tensor,
+        step: torch.Tensor,
     ) -> torch.Tensor:
-        """Actions ``[1, H, action_dim]``, as :meth:`ActionHeadStage.forward`."""
+        """Actions ``[1, H, action_dim]`` after one step, as :meth:`ActionHeadStep.forward`."""
         _, _, kv_heads, length, head_dim = prefix_keys.shape
         horizon = self.horizon
         cache = []
@@ -327,16 +331,16 @@ class XnnpackActionHead(nn.Module):
         ropes = (self_rope, (self.cross_cos, self.cross_sin))
         keep = prefix_mask.reshape(1, horizon, 1)
         free = 1.0 - keep
-        x_t = noise
-        for step, t in enumerate(self.times):
-            x_t = on_flow_path(x_t, t, noise, prefix_actions, keep, free)
-            v_t = self._velocity(cache, ropes, (self_mask, cross_mask), x_t, step)
-            x_t = x_t + self.dt * v_t
+        t = torch.mm(step, self.step_times).reshape(1, 1, 1)
+        emb = torch.mm(step, self.time_embeddings).reshape(1, 1, -1) * self.over_horizon
+        x_t = on_flow_path(x_t, t, noise, prefix_actions, keep, free)
+        v_t = self._velocity(cache, ropes, (self_mask, cross_mask), x_t, emb)
+        x_t = x_t + self.dt * v_t
         return free * x_t + keep * prefix_actions
 
 
 def xnnpack_stages(
-    vision: VisionEncoderStage, fusion: FusionStage, head: ActionHeadStage
+    vision: VisionEncoderStage, fusion: FusionStage, head: ActionHeadStep
 ) -> dict[str, nn.Module]:
     """The three stages rewritten for XNNPACK, in eval mode, sharing the reference's weights."""
     return {

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vla_edge.export.manifest import TOKENIZER_NAME, StageRepeat, TensorSpec
+from vla_edge.export.manifest import TOKENIZER_NAME, StageRepeat, TensorSpec, stage_repeat
 from vla_edge.export.normalisation import mean_std_section
 from vla_edge.policy.config import LANGUAGE_DIM
 from vla_edge.policy.model import VlaPolicy
@@ -53,6 +53,36 @@ class StageProgram:
     def output_names(self) -> list[str]:
         """Names of the program outputs, in order."""
         return [t.name for t in self.outputs]
+
+
+def stage_programs(
+    stages: Any, modules: dict[str, nn.Module], examples: dict[str, tuple[torch.Tensor, ...]]
+) -> list[StageProgram]:
+    """An imported architecture's stages as programs, in run order, run per observation.
+
+    Args:
+        stages: its stage set (``inputs()``, ``outputs()``, ``repeats()``, ``modules()``).
+        modules: stage name → the module to export (the stage or its backend's rewrite).
+        examples: stage name → example inputs.
+    """
+    inputs, outputs, repeats = stages.inputs(), stages.outputs(), stages.repeats()
+    programs = []
+    for name in stages.modules():
+        declared_in = tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name])
+        declared_out = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name])
+        repeat = repeats.get(name)
+        programs.append(
+            StageProgram(
+                name,
+                modules[name],
+                examples[name],
+                declared_in,
+                declared_out,
+                "per_observation",
+                None if repeat is None else stage_repeat(repeat, declared_in, declared_out, name),
+            )
+        )
+    return programs
 
 
 def shape_fields(policy: VlaPolicy) -> dict[str, object]:

@@ -45,6 +45,7 @@ from vla_edge.archs.stage_io import (
     default_executed_prefix,
     example_inputs,
     executed_prefix_masks,
+    flow_calls,
     on_flow_path,
     stacked_cache,
 )
@@ -277,12 +278,7 @@ def head_actions(
     prefix_actions: torch.Tensor,
     prefix_mask: torch.Tensor,
 ) -> torch.Tensor:
-    """The action head's K calls, as a runner makes them: ``x_t`` from the noise, then carried."""
-    x_t = noise
-    for t in stages.action_head.times:
-        time = torch.tensor([t], dtype=torch.float32)
-        x_t = stages.action_head(
-            prefix_keys, prefix_values, prefix_pad, state, noise, prefix_actions, prefix_mask,
-            x_t, time,
-        )  # fmt: skip
-    return x_t
+    """The action head's K calls, as a runner makes them (:func:`.stage_io.flow_calls`)."""
+    fixed = (prefix_keys, prefix_values, prefix_pad, state, noise, prefix_actions, prefix_mask)
+    times = (torch.tensor([t], dtype=torch.float32) for t in stages.action_head.times)
+    return flow_calls(stages.action_head, fixed, noise, times)

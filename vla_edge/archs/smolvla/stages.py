@@ -11,12 +11,21 @@ control flow), sharing the parameters of one
   per-layer post-RoPE key/value cache ``prefix_keys`` / ``prefix_values``
   ``[num_vlm_layers, 1, kv_heads, L_prefix, head_dim]`` and ``prefix_pad`` ``[1, L_prefix]``
   (the state is the prefix's last token, so fusion reads it, not the action head).
-* ``action_head``: the cache, explicit noise and an executed prefix → actions, with the K
-  Euler steps unrolled. The cross-attention layers' projections of the cache are the same
-  at every step and are computed once, before the loop. Executed-prefix inpainting as π0's
-  action head: before each step the rows under ``prefix_mask`` are set to the flow path
-  ``t * noise + (1 - t) * prefix_actions``, and the output rows under the mask equal
-  ``prefix_actions``; an all-zero mask gives exactly :meth:`SmolVLAModel.sample_actions`.
+* ``action_head``: ONE Euler step of the flow: the cache, explicit noise, an executed
+  prefix, the actions so far ``x_t`` and the ``step`` (one-hot ``[1, K]``) → the actions
+  after the step. The runner calls it K times (:meth:`SmolVLAStages.repeats`, the
+  manifest's ``repeat``), as π0's: ``step`` row ``k`` of the identity, ``x_t`` the noise
+  first and then the previous call's ``actions``; :func:`head_actions` does the same in
+  torch. The step selects its flow time and time embedding from constant tables (by a
+  product with the one-hot row, which is exact), so the embedding keeps LeRobot's float64
+  arithmetic and the program holds no float64. Lowering the K steps unrolled took
+  memory and time growing with K (full size: 7 to 17 min and 8 to 21 GiB per recipe);
+  one step does not. The cost: the cross-attention layers' projections of the cache
+  are made at every call, not once per chunk (about 2 % of the head's FLOPs).
+  Executed-prefix inpainting as π0's action head: before each step the rows under
+  ``prefix_mask`` are set to the flow path ``t * noise + (1 - t) * prefix_actions``, and
+  the output rows under the mask equal ``prefix_actions``; an all-zero mask gives exactly
+  :meth:`SmolVLAModel.sample_actions`.
 
 :func:`build_stages` returns them with example inputs and each tensor's declaration
 (:class:`~vla_edge.archs.common.TensorSpec`: name, shape, dtype, source; ``source`` is
@@ -44,6 +53,7 @@ from vla_edge.archs.stage_io import (
     default_executed_prefix,
     example_inputs,
     executed_prefix_masks,
+    flow_calls,
     on_flow_path,
     stacked_cache,
 )
@@ -99,12 +109,12 @@ class FusionStage(nn.Module, PrefixParts):
         return stacked_cache(*self.prefix_cache(embs, pad), pad)
 
 
-class ActionHeadStage(nn.Module, ActionParts):
-    """The prefix cache, noise and executed prefix → actions, K Euler steps unrolled.
+class ActionHeadStep(nn.Module, ActionParts):
+    """One Euler step: the prefix cache, noise, executed prefix, ``x_t`` and ``step`` → actions.
 
-    Holds only the action expert and the action/time projections. The time embeddings of
-    the K flow times are constants, computed here once (float64 arithmetic, as LeRobot's),
-    so the exported program holds no float64.
+    Holds only the action expert and the action/time projections. The K flow times
+    (``step_times`` ``[K, 1]``) and their time embeddings (``time_embeddings`` ``[K, W]``,
+    float64 arithmetic as LeRobot's) are constants computed here once.
     """
 
     def __init__(self, model: SmolVLAModel) -> None:
@@ -116,13 +126,10 @@ class ActionHeadStage(nn.Module, ActionParts):
         c = model.config
         self.times = flow_times(c.flow_steps)
         self.dt = -1.0 / c.flow_steps
-        table = time_embedding(
-            torch.tensor(self.times, dtype=torch.float32),
-            c.expert_width,
-            c.min_period,
-            c.max_period,
-        )
+        times = torch.tensor(self.times, dtype=torch.float32)
+        table = time_embedding(times, c.expert_width, c.min_period, c.max_period)
         self.register_buffer("time_embeddings", table, persistent=False)
+        self.register_buffer("step_times", times.reshape(-1, 1), persistent=False)
 
     def forward(
         self,
@@ -132,16 +139,21 @@ class ActionHeadStage(nn.Module, ActionParts):
         noise: torch.Tensor,
         prefix_actions: torch.Tensor,
         prefix_mask: torch.Tensor,
+        x_t: torch.Tensor,
+        step: torch.Tensor,
     ) -> torch.Tensor:
-        """Actions ``[1, H, action_dim]``; rows under ``prefix_mask`` equal ``prefix_actions``."""
+        """Actions ``[1, H, action_dim]`` after the Euler step ``step`` (one-hot) from ``x_t``.
+
+        Rows under ``prefix_mask`` equal ``prefix_actions`` (the next step puts them back
+        on the flow path first, so after the last step they are the executed prefix).
+        """
         keep, free = executed_prefix_masks(prefix_mask)
+        t = torch.mm(step, self.step_times).reshape(1, 1, 1)
+        x_t = on_flow_path(x_t, t, noise, prefix_actions, keep, free)
+        time_emb = torch.mm(step, self.time_embeddings).expand(noise.shape[0], -1)
         kv = self.expert_kv(prefix_keys, prefix_values)
-        x_t = noise
-        for step, t in enumerate(self.times):
-            x_t = on_flow_path(x_t, t, noise, prefix_actions, keep, free)
-            time_emb = self.time_embeddings[step : step + 1].expand(noise.shape[0], -1)
-            v_t = self.velocity(kv, prefix_pad, x_t, time_emb)
-            x_t = x_t + self.dt * v_t
+        v_t = self.velocity(kv, prefix_pad, x_t, time_emb)
+        x_t = x_t + self.dt * v_t
         return free * x_t + keep * prefix_actions
 
 
@@ -152,7 +164,7 @@ class SmolVLAStages(StageSet):
     model: SmolVLAModel
     vision_encoder: VisionEncoderStage
     fusion: FusionStage
-    action_head: ActionHeadStage
+    action_head: ActionHeadStep
 
     def _cache_shape(self) -> tuple[int, ...]:
         c = self.model.config
@@ -190,7 +202,22 @@ class SmolVLAStages(StageSet):
                 TensorSpec("noise", chunk, "float32", "host:noise"),
                 TensorSpec("prefix_actions", chunk, "float32", "host:prefix_actions"),
                 TensorSpec("prefix_mask", (1, c.chunk_size), "float32", "host:prefix_mask"),
+                TensorSpec("x_t", chunk, "float32", "host:noise"),
+                TensorSpec("step", (1, c.flow_steps), "float32", "repeat"),
             ],
+        }
+
+    def repeats(self) -> dict[str, dict[str, object]]:
+        """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
+        k = self.model.config.flow_steps
+        # Plain lists, not torch.eye: stage_flops builds the stages under a fake mode.
+        steps = [[[float(i == j) for j in range(k)]] for i in range(k)]
+        return {
+            "action_head": {
+                "count": k,
+                "inputs": {"step": steps},
+                "carry": {"x_t": "actions"},
+            }
         }
 
     def outputs(self) -> dict[str, list[TensorSpec]]:
@@ -242,7 +269,7 @@ def build_stages(model: SmolVLAModel) -> SmolVLAStages:
         model=model,
         vision_encoder=VisionEncoderStage(model),
         fusion=FusionStage(model),
-        action_head=ActionHeadStage(model),
+        action_head=ActionHeadStep(model),
     )
 
 
@@ -262,4 +289,20 @@ def run_stages(
     tokens = stages.vision_encoder(images)
     keys, values, pad = stages.fusion(tokens, image_mask, token_ids, token_mask, state)
     prefix_actions, prefix_mask = default_executed_prefix(noise, prefix_actions, prefix_mask)
-    return stages.action_head(keys, values, pad, noise, prefix_actions, prefix_mask)
+    return head_actions(stages, keys, values, pad, noise, prefix_actions, prefix_mask)
+
+
+@torch.no_grad()
+def head_actions(
+    stages: SmolVLAStages,
+    prefix_keys: torch.Tensor,
+    prefix_values: torch.Tensor,
+    prefix_pad: torch.Tensor,
+    noise: torch.Tensor,
+    prefix_actions: torch.Tensor,
+    prefix_mask: torch.Tensor,
+) -> torch.Tensor:
+    """The action head's K calls, as a runner makes them (:func:`.stage_io.flow_calls`)."""
+    fixed = (prefix_keys, prefix_values, prefix_pad, noise, prefix_actions, prefix_mask)
+    steps = torch.eye(stages.model.config.flow_steps)
+    return flow_calls(stages.action_head, fixed, noise, (row[None] for row in steps))
