@@ -1189,9 +1189,8 @@ TABLES: tuple[Table, ...] = (
         (_r("bench_recipes_smolvla_full.json"),),
         "`vla-edge bench latency --arch smolvla --size full --cameras 1 --threads 1,2 --backend "
         "torch,executorch --variants executorch_fp32,executorch_8da4w,executorch_8da8w,"
-        "executorch_8da4w_head8 --json OUT`, stopped after 8da8w, then the same with `--resume "
-        "--variants executorch_fp32,executorch_8da4w,executorch_8da8w` and the ExecuTorch fp32 "
-        "rows removed (another process ran beside their first measurement)",
+        "executorch_int8wo,executorch_fp16,executorch_8da4w_head8 --no-fit-search "
+        "--timeout-s 3600 --json OUT`",
         render_full_size,
     ),
     Table(
