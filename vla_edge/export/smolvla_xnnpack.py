@@ -3,7 +3,7 @@
 :mod:`vla_edge.archs.smolvla.stages` is the readable reference; lowered to ExecuTorch
 through the generic rewrite (:mod:`vla_edge.export.xnnpack_rewrites`) it split, at the
 tiny size, into 5 XNNPACK calls in the vision encoder, 22 in fusion and 48 in the action
-head of ten unrolled Euler steps (5, 10 and 26 with two layers), with portable kernels
+head, then ten unrolled Euler steps (5, 10 and 26 with two layers), with portable kernels
 between them (the 4-D attention's and the
 grouped-query repeat's ``expand``, RMSNorm's 3-D ``mean``, RoPE's ``split``, masks built
 with comparisons, ``where`` and ``bitwise_and``, ``arange`` / ``full`` / ``pow`` in the
