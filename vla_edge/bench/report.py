@@ -1214,9 +1214,8 @@ TABLES: tuple[Table, ...] = (
     Table(
         "loop",
         (_r("bench_loop_smolvla_full.json"), _r(PI0_LOOP_RESULT)),
-        "`vla-edge bench loop --arch smolvla --size full --episodes 2 --duration-s 60 --reuse "
-        "--json OUT` (`--reuse`: the checkpoint and policy directory of a first run with the "
-        "same seed, stopped during its export) and `vla-edge bench loop --arch pi0 --size full "
+        "`vla-edge bench loop --arch smolvla --size full --episodes 2 --duration-s 60 "
+        "--json OUT` and `vla-edge bench loop --arch pi0 --size full "
         "--backend executorch --quant 8da4w --episodes 2 --duration-s 60 --reuse --json OUT` "
         "(`--reuse`: the checkpoint and policy directory of an earlier run with the same seed; "
         "the export made afresh)",
