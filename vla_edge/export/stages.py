@@ -11,7 +11,7 @@ here; another architecture supplies its own list and contract to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -20,6 +20,9 @@ from vla_edge.export.manifest import TOKENIZER_NAME, StageRepeat, TensorSpec, st
 from vla_edge.export.normalisation import mean_std_section
 from vla_edge.policy.config import LANGUAGE_DIM
 from vla_edge.policy.model import VlaPolicy
+
+if TYPE_CHECKING:
+    from vla_edge.archs.stage_io import StageSet
 
 EXAMPLE_INSTRUCTION = "put the red block in the bowl"
 BUNDLED_STAGES = ("language_encoder", "vision_encoder", "fusion", "action_head")
@@ -56,12 +59,12 @@ class StageProgram:
 
 
 def stage_programs(
-    stages: Any, modules: dict[str, nn.Module], examples: dict[str, tuple[torch.Tensor, ...]]
+    stages: StageSet, modules: dict[str, nn.Module], examples: dict[str, tuple[torch.Tensor, ...]]
 ) -> list[StageProgram]:
     """An imported architecture's stages as programs, in run order, run per observation.
 
     Args:
-        stages: its stage set (``inputs()``, ``outputs()``, ``repeats()``, ``modules()``).
+        stages: its stage set, with ``inputs()`` and ``outputs()`` (declared tensors).
         modules: stage name → the module to export (the stage or its backend's rewrite).
         examples: stage name → example inputs.
     """
