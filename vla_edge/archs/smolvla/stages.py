@@ -124,9 +124,8 @@ class ActionHeadStep(nn.Module, ActionParts):
         for name in ACTION_PROJECTIONS:
             setattr(self, name, getattr(model, name))
         c = model.config
-        self.times = flow_times(c.flow_steps)
         self.dt = -1.0 / c.flow_steps
-        times = torch.tensor(self.times, dtype=torch.float32)
+        times = torch.tensor(flow_times(c.flow_steps), dtype=torch.float32)
         table = time_embedding(times, c.expert_width, c.min_period, c.max_period)
         self.register_buffer("time_embeddings", table, persistent=False)
         self.register_buffer("step_times", times.reshape(-1, 1), persistent=False)
