@@ -91,3 +91,46 @@ def test_a_copy_of_a_histogram_is_a_snapshot():
     assert snapshot.count == 4 and histogram.count == 5
     assert snapshot.bins() == "0:1,4:2,20:1"
     assert snapshot.summary("x")["x_max"] == 40.0 and snapshot.mean == (0.1 + 2.0 + 2.2 + 40.0) / 4
+
+
+def _published_categories(messages):
+    return [
+        {kv.key: kv.value for kv in msg.status[0].values}["watchdog_category"] for msg in messages
+    ]
+
+
+def test_a_change_of_stop_category_is_published_at_once_and_only_once():
+    """A stop that starts and clears between two 1 Hz statuses still reaches /diagnostics."""
+    node, _ = _node()
+    clock = {"now_s": NOW_S}
+    published = []
+    node.diagnostic_name = "vla_edge/controller"
+    node.diag_pub = SimpleNamespace(publish=published.append)
+    node._now_s = lambda: clock["now_s"]
+    node._published_category = "none"
+    node.status = lambda now_s: ControllerNode.status(node, now_s)
+    node._publish_diagnostics = lambda: ControllerNode._publish_diagnostics(node)
+    poll = lambda: ControllerNode._publish_on_stop_change(node)  # noqa: E731
+
+    def beat(*names):
+        for name in names:
+            node.watchdog.beat(name, clock["now_s"])
+
+    beat("observation", "chunk")
+    poll()
+    assert published == []  # every heartbeat fresh: nothing to say between statuses
+    clock["now_s"] = NOW_S + node.config.observation_timeout_s + 0.05
+    beat("joint_state", "control_loop", "chunk")  # only the observation is old
+    poll()
+    poll()
+    assert _published_categories(published) == ["cat1"]  # the onset, once
+    clock["now_s"] += 0.03
+    beat("joint_state", "control_loop", "chunk", "observation")
+    poll()
+    poll()
+    assert _published_categories(published) == ["cat1", "none"]  # the clearing, once
+    # a periodic status that already showed a change leaves nothing to force
+    node.watchdog.beat("observation", NOW_S)
+    ControllerNode._publish_diagnostics(node)
+    poll()
+    assert _published_categories(published) == ["cat1", "none", "cat1"]

@@ -10,7 +10,9 @@ time) and ``joint_states``; publishes the UNSAFE command on
 ``controller/plan`` whenever its trigger asks for a new chunk (its remaining
 plan with the ``prefix`` merge, the executed prefix the next chunk is
 conditioned on; an empty trajectory otherwise), and ``/diagnostics``: chunk age, buffer depth,
-rejections, loop period jitter, watchdog.
+rejections, loop period jitter, watchdog. The status goes out once a second and
+at once when the watchdog's stop category changes, so a stop shorter than the
+period still shows.
 
 Nothing is commanded before the first joint state: the controller starts from
 the measured positions.
@@ -54,6 +56,9 @@ from vla_edge.nodes.params import declare_config
 DIAGNOSTIC_NAME = "vla_edge/controller"
 # How long shutdown waits for the control loop to finish its tick.
 LOOP_STOP_TIMEOUT_S = 2.0
+# How often the watchdog's category is compared with the last published one; a
+# change is published at once (as diagnostic_updater's force_update would).
+STOP_CHANGE_POLL_S = 0.05
 
 
 class ControllerNode(Node):
@@ -77,6 +82,7 @@ class ControllerNode(Node):
         self.lock = threading.Lock()
         self._was_holding = True
         self._accepted_once = False
+        self._published_category = StopCategory.NONE.value
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.command_pub = self.create_publisher(
@@ -87,6 +93,7 @@ class ControllerNode(Node):
         self.create_subscription(JointState, graph.TOPIC_JOINT_STATES, self._on_joint_state, qos)
         self.create_subscription(JointTrajectory, graph.TOPIC_ACTION_CHUNK, self._on_chunk, qos)
         steady_timer(self, graph.DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        steady_timer(self, STOP_CHANGE_POLL_S, self._publish_on_stop_change)
         # callbacks and DDS threads one step below the loop, so input is never starved
         self.process_scheduler = try_realtime_process(max(0, self.config.realtime_priority - 1))
         self.loop = FixedRateLoop(
@@ -235,11 +242,22 @@ class ControllerNode(Node):
 
     def _publish_diagnostics(self) -> None:
         now_s = self._now_s()
+        status = self.status(now_s)
+        self._published_category = str(status["watchdog_category"])
         self.diag_pub.publish(
-            diagnostic_array(
-                [status_to_diagnostic(self.diagnostic_name, self.status(now_s))], now_s
-            )
+            diagnostic_array([status_to_diagnostic(self.diagnostic_name, status)], now_s)
         )
+
+    def _publish_on_stop_change(self) -> None:
+        """Publish the status now if the watchdog's category differs from the last published.
+
+        At one status a second, a stop that began and cleared between two of them
+        (a camera back after a second) would never appear on ``/diagnostics``.
+        """
+        with self.lock:
+            category = self.watchdog.check(self._now_s())
+        if category.value != self._published_category:
+            self._publish_diagnostics()
 
     def close(self) -> None:
         """Stop the control loop; say so if its thread is still inside a tick."""
