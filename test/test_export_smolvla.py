@@ -29,7 +29,7 @@ from stage_chain import chained_actions, open_stage_programs
 
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel, SmolVLMTextSize, build_stages
 from vla_edge.archs.smolvla.stages import head_actions, run_stages
-from vla_edge.archs.stage_io import flow_calls
+from vla_edge.archs.stage_io import declared_calls, flow_calls
 from vla_edge.core.errors import (
     CameraMapError,
     ConfigError,
@@ -568,7 +568,7 @@ def test_the_xnnpack_rewrite_equals_the_reference_stages(present, n_real_tokens)
         cache = reference.fusion(*fusion_in)
         assert_close(rewritten["fusion"](*fusion_in), cache, "fusion")
         actions = head_actions(reference, *cache, *head)
-        steps = [row[None] for row in torch.eye(model.config.flow_steps)]  # the declared loop
+        steps = declared_calls(reference)  # the declared loop
         looped = rewritten["action_head"]
         assert_close(flow_calls(looped, (*cache, *head), head[0], steps), actions, "action_head")
         # the whole chain: every masked slot and padded token is masked as the reference masks it

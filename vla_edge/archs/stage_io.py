@@ -11,7 +11,8 @@ The pieces here are the same for every architecture:
 * :func:`collect_prefix_cache`: the per-layer key/value cache of one pass over the prefix.
 * :func:`executed_prefix_masks`, :func:`on_flow_path`, :func:`default_executed_prefix`:
   executed-prefix inpainting in the action head's Euler loop.
-* :func:`flow_calls`: an action head exported as one Euler step, called K times in torch.
+* :func:`flow_calls`, :func:`declared_calls`: an action head exported as one Euler step,
+  called K times in torch with the per-call inputs its stage set declares.
 """
 
 from __future__ import annotations
@@ -180,6 +181,12 @@ def default_executed_prefix(
     if prefix_mask is None:
         prefix_mask = torch.zeros(noise.shape[:2])
     return prefix_actions, prefix_mask
+
+
+def declared_calls(stages: StageSet, name: str = "action_head") -> list[torch.Tensor]:
+    """The per-call input of stage ``name``'s declared repeat, one float32 tensor per call."""
+    (values,) = stages.repeats()[name]["inputs"].values()
+    return [torch.tensor(value, dtype=torch.float32) for value in values]
 
 
 def flow_calls(

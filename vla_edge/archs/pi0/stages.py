@@ -42,6 +42,7 @@ from vla_edge.archs.stage_io import (
 )
 from vla_edge.archs.stage_io import (
     StageSet,
+    declared_calls,
     default_executed_prefix,
     example_inputs,
     executed_prefix_masks,
@@ -280,5 +281,4 @@ def head_actions(
 ) -> torch.Tensor:
     """The action head's K calls, as a runner makes them (:func:`.stage_io.flow_calls`)."""
     fixed = (prefix_keys, prefix_values, prefix_pad, state, noise, prefix_actions, prefix_mask)
-    times = (torch.tensor([t], dtype=torch.float32) for t in stages.action_head.times)
-    return flow_calls(stages.action_head, fixed, noise, times)
+    return flow_calls(stages.action_head, fixed, noise, declared_calls(stages))

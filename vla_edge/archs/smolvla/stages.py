@@ -50,6 +50,7 @@ from vla_edge.archs.stage_io import (
 )
 from vla_edge.archs.stage_io import (
     StageSet,
+    declared_calls,
     default_executed_prefix,
     example_inputs,
     executed_prefix_masks,
@@ -303,5 +304,4 @@ def head_actions(
 ) -> torch.Tensor:
     """The action head's K calls, as a runner makes them (:func:`.stage_io.flow_calls`)."""
     fixed = (prefix_keys, prefix_values, prefix_pad, noise, prefix_actions, prefix_mask)
-    steps = torch.eye(stages.model.config.flow_steps)
-    return flow_calls(stages.action_head, fixed, noise, (row[None] for row in steps))
+    return flow_calls(stages.action_head, fixed, noise, declared_calls(stages))
