@@ -208,3 +208,11 @@ class OutputExistsError(VlaEdgeError, FileExistsError):
 
 class ParityGateError(VlaEdgeError):
     """An export's actions differ from eager torch's by more than the bound the user set."""
+
+
+class DeviceUnavailableError(ConfigError):
+    """A runner was asked for a device (``cuda``, ``cuda:1``) this machine does not have."""
+
+
+class ExecutionProviderError(ConfigError):
+    """An ONNX Runtime execution provider was asked for that this onnxruntime build lacks."""

@@ -9,6 +9,7 @@ programs never imports ExecuTorch (or torch).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -36,21 +37,32 @@ def open_program(
     names: list[str],
     output_names: list[str] | None = None,
     stage: str | None = None,
+    providers: Sequence[str] | None = None,
 ) -> StageProgram:
     """Open ``path`` with the runtime of ``backend`` (imported only when needed).
 
     ``names`` / ``output_names``: the manifest's input and output names (an ONNX
     program's own are checked against them); ``stage`` names the stage in errors.
+    ``providers``: ONNX Runtime execution providers, each ``'Name[;key=value...]'``
+    (:func:`~vla_edge.runners.onnx_program.parse_providers`; ``None``: the CPU);
+    an ExecuTorch stage has no use for them and ignores them.
 
     Raises:
         ManifestMismatchError: ``backend`` names no runtime, or the program's
             tensor names differ from the manifest's.
+        ExecutionProviderError: an ONNX stage's ``providers`` are malformed,
+            missing from the onnxruntime build, or failed to initialise.
     """
     if backend == "onnx":
         from vla_edge.runners.onnx_program import OnnxProgram
 
         return OnnxProgram(
-            path, threads=threads, input_names=names, output_names=output_names, stage=stage
+            path,
+            threads=threads,
+            input_names=names,
+            output_names=output_names,
+            stage=stage,
+            providers=providers,
         )
     if backend == "executorch":
         from vla_edge.runners.executorch_program import ExecuTorchProgram
