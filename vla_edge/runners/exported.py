@@ -216,6 +216,29 @@ def state_adapter_for(
     return adapter
 
 
+class WallClock:
+    """Per-stage wall times of one observation: ``start(name)`` / ``stop()``, then ``read_ms``."""
+
+    def __init__(self) -> None:
+        self._marks: dict[str, float] = {}
+        self._open: tuple[str, float] | None = None
+
+    def start(self, name: str) -> None:
+        """Mark the start of stage ``name``."""
+        self._open = (name, time.perf_counter())
+
+    def stop(self) -> None:
+        """Mark the end of the stage started last."""
+        assert self._open is not None
+        name, begin = self._open
+        self._marks[name] = (time.perf_counter() - begin) * 1e3
+        self._open = None
+
+    def read_ms(self) -> dict[str, float]:
+        """Each stage's milliseconds."""
+        return dict(self._marks)
+
+
 class ExportedRunner:
     """Run an export directory's stage programs as its manifest declares.
 
@@ -229,6 +252,10 @@ class ExportedRunner:
         programs: stage name -> an already opened program to run instead of the
             stage's file (the export's parity check runs the eager torch stages
             through this very host code).
+        providers: ONNX Runtime execution providers of the ONNX stages, in
+            priority order, each ``'Name[;key=value...]'``
+            (``InferenceConfig.onnx_providers``; ``None``: the CPU); ExecuTorch
+            stages ignore them.
 
     Attributes:
         state_adapter: the policy's state from the robot's joints (``state_space``).
@@ -255,6 +282,7 @@ class ExportedRunner:
         expected: RunnerSpec | None = None,
         backend: str | None = None,
         programs: Mapping[str, StageProgram] | None = None,
+        providers: Sequence[str] | None = None,
     ) -> None:
         self.manifest: Manifest = load_manifest(path)
         if backend is not None and self.manifest.backend != backend:
@@ -309,6 +337,7 @@ class ExportedRunner:
                 [t.name for t in stage.inputs],
                 [t.name for t in stage.outputs],
                 stage=name,
+                providers=providers,
             )
             inputs, outputs = program.io()
             check_program_io(self.manifest, name, inputs, outputs)
@@ -538,12 +567,23 @@ class ExportedRunner:
         values.update(self._images(obs))
         timings = {name: instruction_ms for name in self._instruction_stages[:1]}
         timings.update({name: 0.0 for name in self._instruction_stages[1:]})
+        clock = self._stage_clock()
         for name in self._observation_stages:
-            t0 = time.perf_counter()
+            clock.start(name)
             self._run_stage(name, values)
-            timings[name] = (time.perf_counter() - t0) * 1e3
+            clock.stop()
         stage, output = self.manifest.output
-        return values[f"stage:{stage}.{output}"], timings
+        result = self._to_host(values[f"stage:{stage}.{output}"])
+        timings.update(clock.read_ms())
+        return result, timings
+
+    def _stage_clock(self) -> WallClock:
+        """What times the stages of one observation (a device runner times them on the device)."""
+        return WallClock()
+
+    def _to_host(self, value: Any) -> np.ndarray:
+        """The declared output as a numpy array (a device runner copies it from the device)."""
+        return np.asarray(value)
 
     def _adapted(
         self, output: np.ndarray, policy_state: np.ndarray, joints: np.ndarray
