@@ -36,3 +36,14 @@ def configs():
     )
     safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
     return controller, safety
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one intra-op thread for the module (tiny models: threads only add noise)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -143,6 +143,19 @@ def test_pi0_reads_the_state_and_pi05_does_not(setup):
 # -- executed-prefix inpainting and the Euler loop ------------------------------------------
 
 
+def flow_time(stages, time_emb: torch.Tensor) -> float:
+    """The flow time whose row of the head's embedding table ``time_emb`` ``[1, W]`` is."""
+    table = stages.action_head.time_embeddings
+    row = int((table - time_emb[:1]).abs().sum(dim=1).argmin())
+    assert torch.equal(table[row], time_emb[0])
+    return stages.action_head.times[row]
+
+
+def emb(model: Pi0Model, t: torch.Tensor) -> torch.Tensor:
+    """The time embedding ``velocity`` takes for flow times ``t`` ``[B]``."""
+    return sinusoidal_time_embedding(t, model.config.expert.width)
+
+
 def test_executed_prefix_rows_follow_the_flow_path_and_come_out_exact(setup, monkeypatch):
     model, stages, example = setup
     keys, values, pad, state, noise, prefix_actions = example["action_head"][:6]
@@ -151,9 +164,9 @@ def test_executed_prefix_rows_follow_the_flow_path_and_come_out_exact(setup, mon
     seen: list[tuple[float, torch.Tensor]] = []
     real = type(stages.action_head).velocity
 
-    def recording(self, k, v, p, s, x_t, t):
-        seen.append((float(t[0]), x_t.clone()))
-        return real(self, k, v, p, s, x_t, t)
+    def recording(self, k, v, p, s, x_t, time_emb):
+        seen.append((flow_time(stages, time_emb), x_t.clone()))
+        return real(self, k, v, p, s, x_t, time_emb)
 
     monkeypatch.setattr(type(stages.action_head), "velocity", recording)
     with torch.no_grad():
@@ -187,8 +200,8 @@ def test_euler_starts_from_noise_at_t1_with_dt_minus_one_over_k(setup, monkeypat
     model, stages, example = setup
     calls: list[tuple[float, torch.Tensor]] = []
 
-    def constant(self, k, v, p, s, x_t, t):
-        calls.append((float(t[0]), x_t.clone()))
+    def constant(self, k, v, p, s, x_t, time_emb):
+        calls.append((flow_time(stages, time_emb), x_t.clone()))
         return torch.ones_like(x_t)
 
     monkeypatch.setattr(type(stages.action_head), "velocity", constant)
@@ -323,7 +336,7 @@ def joint_velocity(model: Pi0Model, embs, pad, state, x_t, t) -> torch.Tensor:
 def test_expert_reads_the_prefix_cache_and_never_updates_it(setup):
     model, stages, example = setup
     images, image_mask, token_ids, token_mask, state, noise, _ = host(example)
-    t = torch.tensor([0.7])
+    t = emb(model, torch.tensor([0.7]))
     with torch.no_grad():
         embs, pad = model.embed_prefix(
             model.embed_images(images), image_mask, token_ids, token_mask
@@ -373,8 +386,9 @@ def test_expert_reads_the_prefix_cache_and_never_updates_it(setup):
             grown_k.append(torch.cat([keys[i], k], dim=2))
             grown_v.append(torch.cat([values[i], v], dim=2))
         grown_pad = torch.cat([pad, torch.ones(1, suffix.shape[1], dtype=torch.bool)], dim=1)
-        step2 = model.velocity(keys, values, pad, state, noise, torch.tensor([0.6]))
-        step2_grown = model.velocity(grown_k, grown_v, grown_pad, state, noise, torch.tensor([0.6]))
+        t2 = emb(model, torch.tensor([0.6]))
+        step2 = model.velocity(keys, values, pad, state, noise, t2)
+        step2_grown = model.velocity(grown_k, grown_v, grown_pad, state, noise, t2)
     assert (step2 - step2_grown).abs().max() > 1e-4
 
 
@@ -442,13 +456,15 @@ def test_pi0_rms_norm_is_one_plus_weight_with_float32_variance_and_eps_1e6():
 
 def test_time_embedding_is_sin_then_cos_over_periods_4e3_to_4():
     t = torch.tensor([1.0, 0.3, 0.0])
-    emb = sinusoidal_time_embedding(t, 32)
+    out = sinusoidal_time_embedding(t, 32)
     period = 4e-3 * (4.0 / 4e-3) ** np.linspace(0, 1, 16)
     angle = 2 * np.pi / period[None] * t.numpy()[:, None].astype(np.float64)
     ref = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
-    np.testing.assert_allclose(emb.numpy(), ref, atol=1e-4)  # float32 at 1.6e3 rad
+    # float64 angles as openpi's (float32 ones are 1.3e-4 off at 1.6e3 rad), float32 result
+    np.testing.assert_allclose(out.numpy(), ref, atol=1e-7)
+    assert out.dtype == torch.float32
     assert not np.allclose(
-        emb.numpy(), np.concatenate([np.cos(angle), np.sin(angle)], axis=1), atol=1e-2
+        out.numpy(), np.concatenate([np.cos(angle), np.sin(angle)], axis=1), atol=1e-2
     )
 
 

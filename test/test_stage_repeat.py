@@ -11,7 +11,7 @@ import torch
 from export_fixtures import edited_export, observation, shared_onnx_export
 
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages
-from vla_edge.archs.pi0.layers import euler_times
+from vla_edge.archs.pi0.layers import euler_times, sinusoidal_time_embedding
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel
 from vla_edge.archs.smolvla import build_stages as smolvla_stages
 from vla_edge.archs.smolvla.layers import flow_times
@@ -184,8 +184,16 @@ def test_pi0s_declared_loop_run_as_a_runner_does_equals_reference_sampling(pi05)
         cache = stages.fusion(stages.vision_encoder(images), image_mask, token_ids, token_mask)
         want = model.sample_actions(images, image_mask, token_ids, token_mask, state, noise)
     repeat, got = run_declared_loop(stages, {**cache_values(cache, noise), "host:state": state})
-    assert repeat.count == model.config.flow_steps
-    assert [float(v[0]) for v in repeat.inputs["time"]] == euler_times(model.config.flow_steps)
+    steps = model.config.flow_steps
+    assert repeat.count == steps and repeat.carry == {"x_t": "actions"}
+    # each call's step is one row of the identity: it selects openpi's time and its embedding
+    np.testing.assert_array_equal(np.concatenate(repeat.inputs["step"]), np.eye(steps))
+    head = stages.action_head
+    assert head.step_times.flatten().tolist() == euler_times(steps)
+    width = model.config.expert.width
+    assert torch.equal(
+        head.time_embeddings, sinusoidal_time_embedding(head.step_times.flatten(), width)
+    )
     assert (got - want).abs().max().item() <= 1e-5
 
 

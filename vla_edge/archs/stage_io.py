@@ -179,14 +179,45 @@ def default_executed_prefix(
     if prefix_actions is None:
         prefix_actions = torch.zeros_like(noise)
     if prefix_mask is None:
-        prefix_mask = torch.zeros(noise.shape[:2])
+        prefix_mask = torch.zeros(noise.shape[:2], device=noise.device)
     return prefix_actions, prefix_mask
 
 
-def declared_calls(stages: StageSet, name: str = "action_head") -> list[torch.Tensor]:
-    """The per-call input of stage ``name``'s declared repeat, one float32 tensor per call."""
+def one_hot_steps(count: int) -> list[list[list[float]]]:
+    """The rows ``[1, K]`` of the K-by-K identity, as the manifest's per-call ``step`` values.
+
+    Plain lists, not ``torch.eye``: ``stage_flops`` builds the stages under a fake mode.
+    """
+    return [[[float(i == j) for j in range(count)]] for i in range(count)]
+
+
+def declared_calls(
+    stages: StageSet, name: str = "action_head", device: torch.device | None = None
+) -> list[torch.Tensor]:
+    """The per-call input of stage ``name``'s declared repeat, one float32 tensor per call.
+
+    Filled on ``device`` (the host by default) from the declared numbers, so no host tensor
+    is copied there: a CUDA graph can capture a whole chunk.
+    """
     (values,) = stages.repeats()[name]["inputs"].values()
-    return [torch.tensor(value, dtype=torch.float32) for value in values]
+    calls = []
+    for value in values:
+        shape, flat = _shape_and_numbers(value)
+        call = torch.zeros(len(flat), dtype=torch.float32, device=device)
+        for i, number in enumerate(flat):
+            if number:
+                call[i].fill_(float(number))
+        calls.append(call.reshape(shape))
+    return calls
+
+
+def _shape_and_numbers(value: Any) -> tuple[tuple[int, ...], list[float]]:
+    """A nested list's shape and its numbers in row-major order (no tensor made)."""
+    if not isinstance(value, list | tuple):
+        return (), [float(value)]
+    parts = [_shape_and_numbers(item) for item in value]
+    inner = parts[0][0] if parts else ()
+    return (len(value), *inner), [n for _, numbers in parts for n in numbers]
 
 
 def flow_calls(

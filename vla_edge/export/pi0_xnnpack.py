@@ -44,7 +44,6 @@ from vla_edge.archs.pi0.layers import (
     MASKED_VALUE,
     AdaRMSNorm,
     attention_mask_2d,
-    time_frequencies,
 )
 from vla_edge.archs.pi0.stages import (
     ACTION_PROJECTIONS,
@@ -342,7 +341,7 @@ class XnnpackActionHead(nn.Module):
             setattr(self, name, KeptLinear(module) if name in KEPT_FP32 else module)
         self.pi05 = c.pi05
         self.dt = float(stage.dt)
-        horizon, width = c.action_horizon, c.expert.width
+        horizon = c.action_horizon
         suffix = c.suffix_len
         self.suffix = suffix
         e = c.expert
@@ -357,9 +356,11 @@ class XnnpackActionHead(nn.Module):
         self.register_buffer(
             "steps", torch.arange(suffix, dtype=torch.float32).reshape(1, suffix), persistent=False
         )
-        # the time embedding from the time input: constant frequencies, and ones that
-        # broadcast it over the horizon (a multiplication XNNPACK takes, not an expand)
-        self.register_buffer("time_freqs", time_frequencies(width)[None, :], persistent=False)
+        # the step's flow time and time embedding: the stage's constant tables, picked by a
+        # product with the one-hot step; ones that broadcast the embedding over the horizon
+        # (a multiplication XNNPACK takes, not an expand)
+        self.register_buffer("step_times", stage.step_times.clone(), persistent=False)
+        self.register_buffer("time_embeddings", stage.time_embeddings.clone(), persistent=False)
         self.register_buffer("over_horizon", torch.ones(1, horizon, 1), persistent=False)
 
     def _condition(self, emb: torch.Tensor) -> torch.Tensor:
@@ -378,13 +379,11 @@ class XnnpackActionHead(nn.Module):
         mask: torch.Tensor,
         state: torch.Tensor,
         x_t: torch.Tensor,
-        time: torch.Tensor,
+        emb: torch.Tensor,
     ) -> torch.Tensor:
         s, c = self, self.config
         width, horizon = c.expert.width, c.action_horizon
         actions = s.action_in_proj(x_t)
-        angle = time.reshape(1, 1) * self.time_freqs
-        emb = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
         cond = None
         if self.pi05:
             cond = self._condition(emb)
@@ -424,7 +423,7 @@ class XnnpackActionHead(nn.Module):
         prefix_actions: torch.Tensor,
         prefix_mask: torch.Tensor,
         x_t: torch.Tensor,
-        time: torch.Tensor,
+        step: torch.Tensor,
     ) -> torch.Tensor:
         """Actions ``[1, H, action_dim]`` after one step, as :meth:`ActionHeadStep.forward`."""
         c = self.config
@@ -443,9 +442,9 @@ class XnnpackActionHead(nn.Module):
         )
         keep = prefix_mask.reshape(1, c.action_horizon, 1)
         free = 1.0 - keep
-        t = time.reshape(1, 1, 1)
+        t = torch.mm(step, self.step_times).reshape(1, 1, 1)
         x_t = free * x_t + keep * (t * noise + (1.0 - t) * prefix_actions)
-        v_t = self._velocity(cache, rope, mask, state, x_t, time)
+        v_t = self._velocity(cache, rope, mask, state, x_t, torch.mm(step, self.time_embeddings))
         x_t = x_t + self.dt * v_t
         return free * x_t + keep * prefix_actions
 

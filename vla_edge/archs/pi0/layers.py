@@ -18,7 +18,10 @@ that ``torch.export`` lowers them without fused attention or cache objects:
   (``Linear(W, 3W)`` → scale, shift, gate) and the gated residual ``x + y * gate``.
 * :func:`rms_norm`: π0's plain Gemma RMSNorm ``x * rsqrt(mean(x²) + eps) * (1 + w)``
   with the variance in float32, eps 1e-6.
-* :func:`sinusoidal_time_embedding`: ``[sin, cos]`` with periods 4e-3 … 4.0.
+* :func:`sinusoidal_time_embedding`: ``[sin, cos]`` with periods 4e-3 … 4.0, in float64 as
+  openpi computes it (its ``get_safe_dtype`` keeps float64 on the CPU and on CUDA), then
+  cast to float32; :func:`time_embedding_table` holds it for each of the K flow times, so a
+  program picks a row and runs no float64.
 * :func:`attention_mask_2d` (big_vision's cumulative-sum block convention),
   :func:`additive_mask` (masked value ``-2.3819763e38``, finite so a fully masked
   row stays finite), :func:`euler_times` (``dt = -1/K`` from ``t = 1``).
@@ -90,21 +93,30 @@ def gated_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor | None) 
 def sinusoidal_time_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     """``[sin(2π t / p), cos(2π t / p)]`` for periods ``p`` log-spaced over [4e-3, 4.0].
 
-    Computed in float32 (openpi asks for float64 but falls back to float32 on CPU).
+    Float64 arithmetic, float32 result: openpi's ``create_sinusoidal_pos_embedding`` asks
+    for float64 and keeps it on the CPU and CUDA, then casts to the time's float32 (a
+    float32 computation differs by up to 1.3e-4 at ``t = 1``).
 
     Args:
-        t: ``[B]`` flow times.
+        t: ``[B]`` flow times (on any device).
         dim: output width (even).
     """
-    angle = time_frequencies(dim, t.device)[None, :] * t[:, None].float()
-    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    angle = time_frequencies(dim, t.device, torch.float64)[None, :] * t[:, None].to(torch.float64)
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1).to(torch.float32)
 
 
-def time_frequencies(dim: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """``2π / p`` ``[dim // 2]`` of :func:`sinusoidal_time_embedding` (float32)."""
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float32, device=device)
+def time_frequencies(
+    dim: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """``2π / p`` ``[dim // 2]`` of :func:`sinusoidal_time_embedding`."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=dtype, device=device)
     period = TIME_MIN_PERIOD * (TIME_MAX_PERIOD / TIME_MIN_PERIOD) ** fraction
     return 1.0 / period * 2 * math.pi
+
+
+def time_embedding_table(times: list[float], dim: int) -> torch.Tensor:
+    """:func:`sinusoidal_time_embedding` of each flow time, float32 ``[K, dim]`` (a constant)."""
+    return sinusoidal_time_embedding(torch.tensor(times, dtype=torch.float32), dim)
 
 
 def rope_cos_sin(
@@ -128,7 +140,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     cos, sin = cos[:, None], sin[:, None]
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+    return (x * cos + rotated * sin).to(x.dtype)
 
 
 def attention_mask_2d(pad: torch.Tensor, block_starts: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ The arithmetic is :mod:`vla_edge.archs.pi0.layers` (openpi's patched behaviour);
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
@@ -37,6 +38,7 @@ from vla_edge.archs.pi0.layers import (
     attention_mask_2d,
     decoder_layer,
     embed_language_tokens,
+    euler_times,
     prefix_positions,
     rms_norm,
     rope_cos_sin,
@@ -97,7 +99,8 @@ class VisionTower(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """SigLIP's last hidden state ``[N, tokens, hidden]`` for images ``[N, 3, H, W]``."""
         vm = self.vision_model
-        patches = vm.embeddings.patch_embedding(images).flatten(2).transpose(1, 2)
+        conv = vm.embeddings.patch_embedding
+        patches = conv(images.to(conv.weight.dtype)).flatten(2).transpose(1, 2)
         x = patches + vm.embeddings.position_embedding.weight[None]
         for layer in vm.encoder.layers:
             x = layer(x, attention_mask=None)
@@ -212,7 +215,7 @@ class PrefixParts:
         """
         images, slot_pad = image_prefix(image_tokens, image_mask)
         text = embed_language_tokens(self.language_model.embed_tokens.weight, token_ids)
-        embs = torch.cat([images, text], dim=1)
+        embs = torch.cat([images.to(text.dtype), text], dim=1)
         pad = torch.cat([slot_pad, token_mask != 0], dim=1)
         return embs, pad
 
@@ -255,17 +258,18 @@ class ActionParts:
     action_out_proj: nn.Linear
 
     def embed_suffix(
-        self, state: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor
+        self, state: torch.Tensor, x_t: torch.Tensor, time_emb: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Suffix tokens ``[B, S, W]`` and π0.5's adaRMS condition (``None`` for π0).
 
         π0: ``[state_proj(state)]`` then ``action_time_mlp_out(silu(action_time_mlp_in(
         [action_in_proj(x_t), time_emb])))``; π0.5: ``action_in_proj(x_t)`` with condition
-        ``silu(time_mlp_out(silu(time_mlp_in(time_emb))))``.
+        ``silu(time_mlp_out(silu(time_mlp_in(time_emb))))``. The float32 inputs (state,
+        ``x_t``, the time embedding ``[B, W]``) enter the projections in their weights' dtype.
         """
-        width = self.config.expert.width
-        time_emb = sinusoidal_time_embedding(t, width)
-        actions = self.action_in_proj(x_t)
+        dtype = self.action_in_proj.weight.dtype
+        time_emb = time_emb.to(dtype)
+        actions = self.action_in_proj(x_t.to(dtype))
         if self.config.pi05:
             cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(time_emb))))
             return actions, cond
@@ -273,13 +277,16 @@ class ActionParts:
         fused = self.action_time_mlp_out(
             F.silu(self.action_time_mlp_in(torch.cat([actions, time_tokens], dim=2)))
         )
-        return torch.cat([self.state_proj(state)[:, None, :], fused], dim=1), None
+        return torch.cat([self.state_proj(state.to(dtype))[:, None, :], fused], dim=1), None
 
-    def suffix_block_starts(self) -> torch.Tensor:
-        """Suffix block starts: π0 ``[1 (state), 1, 0, ..., 0]``; π0.5 ``[1, 0, ..., 0]``."""
-        horizon = self.config.action_horizon
-        actions = [1] + [0] * (horizon - 1)
-        return torch.tensor(actions if self.config.pi05 else [1, *actions], dtype=torch.int64)
+    def suffix_block_starts(self, device: torch.device | None = None) -> torch.Tensor:
+        """Suffix block starts: π0 ``[1 (state), 1, 0, ..., 0]``; π0.5 ``[1, 0, ..., 0]``.
+
+        Made on ``device`` (a fill, no host tensor).
+        """
+        suffix = self.config.suffix_len
+        first_actions = suffix - self.config.action_horizon
+        return (torch.arange(suffix, device=device) <= first_actions).to(torch.int64)
 
     def velocity(
         self,
@@ -288,20 +295,22 @@ class ActionParts:
         prefix_pad: torch.Tensor,
         state: torch.Tensor,
         x_t: torch.Tensor,
-        t: torch.Tensor,
+        time_emb: torch.Tensor,
     ) -> torch.Tensor:
-        """One denoise step: the flow velocity ``[B, H, action_dim]`` at time ``t`` ``[B]``.
+        """One denoise step: the flow velocity ``[B, H, action_dim]`` (float32).
 
-        The expert attends to the read-only prefix cache (masked by ``prefix_pad``) and,
-        within the suffix, by :meth:`suffix_block_starts`; suffix positions continue from
-        ``sum(prefix_pad)``.
+        ``time_emb`` ``[B, W]`` is the flow time's embedding
+        (:func:`~vla_edge.archs.pi0.layers.sinusoidal_time_embedding`). The expert attends
+        to the read-only prefix cache (masked by ``prefix_pad``) and, within the suffix, by
+        :meth:`suffix_block_starts`; suffix positions continue from ``sum(prefix_pad)``.
+        The output projection runs in float32 whatever the weights' dtype.
         """
         size = self.config.expert
-        embs, cond = self.embed_suffix(state, x_t, t)
+        embs, cond = self.embed_suffix(state, x_t, time_emb)
         batch, suffix_len, _ = embs.shape
         prefix_pad = prefix_pad != 0
         suffix_pad = torch.ones(batch, suffix_len, dtype=torch.bool, device=embs.device)
-        suffix_2d = attention_mask_2d(suffix_pad, self.suffix_block_starts().to(embs.device))
+        suffix_2d = attention_mask_2d(suffix_pad, self.suffix_block_starts(embs.device))
         prefix_2d = prefix_pad[:, None, :].expand(batch, suffix_len, prefix_pad.shape[1])
         mask = additive_mask(torch.cat([prefix_2d, suffix_2d], dim=2))
         positions = suffix_positions(prefix_pad, suffix_len)
@@ -323,7 +332,10 @@ class ActionParts:
         assert x is not None
         norm = self.expert.norm
         out = norm(x, cond)[0] if cond is not None else rms_norm(x, norm.weight, norm.eps)
-        return self.action_out_proj(out[:, -self.config.action_horizon :].float())
+        proj = self.action_out_proj
+        return F.linear(
+            out[:, -self.config.action_horizon :].float(), proj.weight.float(), proj.bias.float()
+        )
 
 
 class Pi0Model(nn.Module, VisionParts, PrefixParts, ActionParts):
@@ -380,8 +392,9 @@ class Pi0Model(nn.Module, VisionParts, PrefixParts, ActionParts):
         """The eager reference, as openpi's ``sample_actions``.
 
         A prefix pass fills a per-layer key/value cache, then Euler steps from
-        ``x = noise`` at ``t = 1`` with ``dt = -1/K`` while ``t >= -dt/2``, each step
-        reading (never updating) the cache.
+        ``x = noise`` at ``t = 1`` with ``dt = -1/K`` while ``t >= -dt/2`` (the times of
+        :func:`~vla_edge.archs.pi0.layers.euler_times`), each step reading (never updating)
+        the cache. Every tensor is made on the inputs' device; ``x`` stays float32.
 
         Args:
             images: ``[n_slots, 3, H, W]`` in [-1, 1]; image_mask ``[n_slots]``.
@@ -397,13 +410,13 @@ class Pi0Model(nn.Module, VisionParts, PrefixParts, ActionParts):
         cache = list(zip(*self.prefix_cache(embs, pad), strict=True))
         keys = [k for k, _ in cache]
         values = [v for _, v in cache]
-        dt = torch.tensor(-1.0 / steps, dtype=torch.float32)
-        time = torch.tensor(1.0, dtype=torch.float32)
-        x_t = noise
-        while time >= -dt / 2:
-            v_t = self.velocity(keys, values, pad, state, x_t, time.expand(x_t.shape[0]))
+        dt = float(np.float32(-1.0 / steps))
+        x_t = noise.float()
+        width = self.config.expert.width
+        for time in euler_times(steps):
+            t = torch.full((x_t.shape[0],), time, dtype=torch.float32, device=x_t.device)
+            v_t = self.velocity(keys, values, pad, state, x_t, sinusoidal_time_embedding(t, width))
             x_t = x_t + dt * v_t
-            time = time + dt
         return x_t
 
 

@@ -9,10 +9,14 @@ so ``torch.export.export(stage, inputs, strict=False)`` traces it:
   post-RoPE key/value cache ``prefix_keys`` / ``prefix_values``
   ``[depth, 1, kv_heads, L_prefix, head_dim]`` and ``prefix_pad`` ``[1, L_prefix]``.
 * ``action_head``: ONE Euler step of the flow: the cache, state, explicit noise, an executed
-  prefix, the actions so far ``x_t`` and the flow ``time`` → the actions after the step. The
-  runner calls it K times (:meth:`Pi0Stages.repeats`, the manifest's ``repeat``): ``time``
-  from :func:`~vla_edge.archs.pi0.layers.euler_times`, ``x_t`` the noise first and then the
-  previous call's ``actions``; :func:`head_actions` does the same in torch. Lowering the K
+  prefix, the actions so far ``x_t`` and the ``step`` (one-hot ``[1, K]``) → the actions
+  after the step. The runner calls it K times (:meth:`Pi0Stages.repeats`, the manifest's
+  ``repeat``): ``step`` the identity's rows, ``x_t`` the noise first and then the previous
+  call's ``actions``; :func:`head_actions` does the same in torch. The step's flow time
+  (:func:`~vla_edge.archs.pi0.layers.euler_times`) and its time embedding (float64 as
+  openpi's, :func:`~vla_edge.archs.pi0.layers.time_embedding_table`) are constant tables
+  picked by ``mm(step, table)``, which is exact: no float64 and no host tensor runs inside
+  the program. Lowering the K
   steps unrolled in one program takes memory growing with K² (out of memory at full size
   here); one step does not. Executed-prefix inpainting: before each step the rows under
   ``prefix_mask`` are set to the flow path ``t * noise + (1 - t) * prefix_actions``, and the
@@ -32,7 +36,7 @@ import torch
 from torch import nn
 
 from vla_edge.archs.common import TensorSpec
-from vla_edge.archs.pi0.layers import euler_times
+from vla_edge.archs.pi0.layers import euler_times, time_embedding_table
 from vla_edge.archs.pi0.model import ActionParts, Pi0Model, PrefixParts, VisionParts
 from vla_edge.archs.stage_io import (
     HOST_INPUTS as HOST_INPUTS,
@@ -48,6 +52,7 @@ from vla_edge.archs.stage_io import (
     executed_prefix_masks,
     flow_calls,
     on_flow_path,
+    one_hot_steps,
     stacked_cache,
 )
 
@@ -104,9 +109,11 @@ class FusionStage(nn.Module, PrefixParts):
 
 
 class ActionHeadStep(nn.Module, ActionParts):
-    """One Euler step: the prefix cache, state, noise, executed prefix, ``x_t``, ``time`` → actions.
+    """One Euler step: the prefix cache, state, noise, executed prefix, ``x_t``, ``step`` → actions.
 
-    Holds only the action expert and the state/action/time projections.
+    Holds only the action expert and the state/action/time projections, and two float32
+    constants made on the model's device: the K flow times ``step_times`` ``[K, 1]`` and
+    their time embeddings ``time_embeddings`` ``[K, W]``.
     """
 
     def __init__(self, model: Pi0Model) -> None:
@@ -117,6 +124,11 @@ class ActionHeadStep(nn.Module, ActionParts):
             setattr(self, name, getattr(model, name))
         self.times = euler_times(model.config.flow_steps)
         self.dt = -1.0 / model.config.flow_steps
+        device = model.action_in_proj.weight.device
+        table = time_embedding_table(self.times, model.config.expert.width)
+        times = torch.tensor(self.times, dtype=torch.float32).reshape(-1, 1)
+        self.register_buffer("time_embeddings", table.to(device), persistent=False)
+        self.register_buffer("step_times", times.to(device), persistent=False)
 
     def forward(
         self,
@@ -128,17 +140,19 @@ class ActionHeadStep(nn.Module, ActionParts):
         prefix_actions: torch.Tensor,
         prefix_mask: torch.Tensor,
         x_t: torch.Tensor,
-        time: torch.Tensor,
+        step: torch.Tensor,
     ) -> torch.Tensor:
-        """Actions ``[1, H, action_dim]`` after the step at ``time`` ``[1]`` from ``x_t``.
+        """Actions ``[1, H, action_dim]`` (float32) after the Euler step ``step`` from ``x_t``.
 
         Rows under ``prefix_mask`` equal ``prefix_actions`` (the next step puts them back
         on the flow path first, so after the last step they are the executed prefix).
         """
         keep, free = executed_prefix_masks(prefix_mask)
-        x_t = on_flow_path(x_t, time.reshape(1, 1, 1), noise, prefix_actions, keep, free)
-        v_t = self.velocity(prefix_keys, prefix_values, prefix_pad, state, x_t, time)
-        x_t = x_t + torch.tensor(self.dt, dtype=torch.float32) * v_t
+        t = torch.mm(step, self.step_times).reshape(1, 1, 1)
+        x_t = on_flow_path(x_t.float(), t, noise, prefix_actions, keep, free)
+        time_emb = torch.mm(step, self.time_embeddings).expand(x_t.shape[0], -1)
+        v_t = self.velocity(prefix_keys, prefix_values, prefix_pad, state, x_t, time_emb)
+        x_t = x_t + self.dt * v_t
         return free * x_t + keep * prefix_actions
 
 
@@ -184,17 +198,17 @@ class Pi0Stages(StageSet):
                 TensorSpec("prefix_actions", chunk, "float32", "host:prefix_actions"),
                 TensorSpec("prefix_mask", (1, c.action_horizon), "float32", "host:prefix_mask"),
                 TensorSpec("x_t", chunk, "float32", "host:noise"),
-                TensorSpec("time", (1,), "float32", "repeat"),
+                TensorSpec("step", (1, c.flow_steps), "float32", "repeat"),
             ],
         }
 
     def repeats(self) -> dict[str, dict[str, object]]:
         """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
-        times = self.action_head.times
+        k = len(self.action_head.times)
         return {
             "action_head": {
-                "count": len(times),
-                "inputs": {"time": [[t] for t in times]},
+                "count": k,
+                "inputs": {"step": one_hot_steps(k)},
                 "carry": {"x_t": "actions"},
             }
         }
@@ -281,4 +295,5 @@ def head_actions(
 ) -> torch.Tensor:
     """The action head's K calls, as a runner makes them (:func:`.stage_io.flow_calls`)."""
     fixed = (prefix_keys, prefix_values, prefix_pad, state, noise, prefix_actions, prefix_mask)
-    return flow_calls(stages.action_head, fixed, noise, declared_calls(stages))
+    calls = declared_calls(stages, device=noise.device)
+    return flow_calls(stages.action_head, fixed, noise, calls)
