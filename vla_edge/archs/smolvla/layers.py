@@ -18,11 +18,16 @@ so that ``torch.export`` lowers it without fused attention or ``DynamicCache`` o
   keys/values (never written back, as LeRobot's ``past_key_values.crop(prefix_len)``);
   cross-attention layers attend over the projected prefix only.
 * :func:`time_embedding`: LeRobot's ``create_sinusoidal_pos_embedding`` computed in float64
-  on CPU (``get_safe_dtype(float64, "cpu")``), then cast to float32.
+  (``get_safe_dtype(float64, device)``: float32 on MPS, which has none), then cast to float32.
 * :func:`flow_times`: LeRobot's ``euler_integrate`` times ``1 + step * dt`` in float64, then
   float32 (openpi's loop accumulates ``t += dt`` in float32 instead).
 * :func:`prefix_block_starts`: image and language tokens 0, the state token 1, so images and
   language never see the state; :func:`suffix_block_starts`: all 1, causal action tokens.
+
+Any device, any weight dtype: every function here makes its tensors on its input's device
+(nothing on the host inside a forward, so a stage can be captured as a CUDA graph), and
+:func:`project` casts a float32 input to the dtype of the weights it enters, while RoPE, the
+attention softmax and the time embedding stay in float32.
 
 Shared with π0 (:mod:`vla_edge.archs.pi0.layers`): ``attention_mask_2d`` (big_vision's
 ``make_att_2d_masks``), ``prefix_positions`` (``cumsum(pad) - 1``), ``embed_language_tokens``
@@ -40,6 +45,14 @@ import torch
 from torch import nn
 
 from vla_edge.archs.pi0.layers import attention
+
+
+def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``module(x)`` with ``x`` cast to the dtype of ``module.weight`` (a ``Linear`` or ``Conv``).
+
+    Host inputs come in float32; weights may be placed in bfloat16 or float16.
+    """
+    return module(x.to(module.weight.dtype))
 
 
 def rope_tables(
@@ -79,10 +92,13 @@ def suffix_positions(prefix_pad: torch.Tensor, suffix_len: int) -> torch.Tensor:
 
 
 def prefix_block_starts(n_image_and_text: int, device: torch.device | None = None) -> torch.Tensor:
-    """``[0] * (images + text) + [1]``: the state token starts a block of its own."""
-    starts = torch.zeros(n_image_and_text + 1, dtype=torch.int64, device=device)
-    starts[-1] = 1
-    return starts
+    """``[0] * (images + text) + [1]``: the state token starts a block of its own.
+
+    Made by a comparison, not ``starts[-1] = 1``: Python item assignment into a CUDA tensor
+    copies a host scalar over, which a CUDA graph cannot capture.
+    """
+    positions = torch.arange(n_image_and_text + 1, dtype=torch.int64, device=device)
+    return (positions == n_image_and_text).to(torch.int64)
 
 
 def suffix_block_starts(chunk_size: int, device: torch.device | None = None) -> torch.Tensor:
@@ -93,13 +109,15 @@ def suffix_block_starts(chunk_size: int, device: torch.device | None = None) -> 
 def time_embedding(t: torch.Tensor, dim: int, min_period: float, max_period: float) -> torch.Tensor:
     """``[sin(2π t / p), cos(2π t / p)]`` for ``dim / 2`` periods log-spaced over [min, max].
 
-    Float64 arithmetic (as LeRobot on CPU), float32 result.
+    Float64 arithmetic on ``t``'s device (as LeRobot; float32 on MPS, which has no float64),
+    float32 result.
 
     Args:
         t: ``[B]`` flow times.
         dim: output width (even).
     """
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    wide = torch.float32 if t.device.type == "mps" else torch.float64
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=wide, device=t.device)
     period = min_period * (max_period / min_period) ** fraction
     scaling = 1.0 / period * 2 * math.pi
     angle = t[..., None] * scaling

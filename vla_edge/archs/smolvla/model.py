@@ -19,6 +19,12 @@ parameters) is in LeRobot's files but no forward pass reads it; it is not built 
 The arithmetic is :mod:`vla_edge.archs.smolvla.layers`; :meth:`SmolVLAModel.sample_actions`
 is the eager reference that the exported stages (:mod:`~vla_edge.archs.smolvla.stages`) must
 equal.
+
+Every forward runs on the device of its inputs and makes no tensor on the host, and the
+weights may be in any dtype (:func:`~vla_edge.runners.torch_device.place_module`): float32
+inputs are cast where they enter a weight (:func:`~vla_edge.archs.smolvla.layers.project`),
+norm statistics, RoPE, softmax, the time embedding and the Euler update stay in float32, and
+what leaves a stage (image tokens, the key/value cache, the actions) is float32, as declared.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from vla_edge.archs.smolvla.layers import (
     expert_layer,
     flow_times,
     prefix_block_starts,
+    project,
     rebase_positions,
     rope_tables,
     suffix_block_starts,
@@ -172,18 +179,18 @@ class VisionParts:
         return self.vision_model.embeddings.position_embedding.weight
 
     def embed_images(self, images: torch.Tensor) -> torch.Tensor:
-        """Image tokens ``[N, tokens, W]`` = ``connector(vision(images)) * sqrt(W)``.
+        """Image tokens ``[N, tokens, W]`` = ``connector(vision(images)) * sqrt(W)``, float32.
 
         Images ``[N, 3, H, W]`` in [-1, 1]. Every patch is real (LeRobot passes no patch
         mask), so the positions are ``0 .. patches - 1`` and the stock embedding's
         bucketised position ids reduce to the embedding table itself.
         """
         vm = self.vision_model
-        patches = vm.embeddings.patch_embedding(images).flatten(2).transpose(1, 2)
+        patches = project(vm.embeddings.patch_embedding, images).flatten(2).transpose(1, 2)
         x = patches + self.position_table()[None]
         for layer in vm.encoder.layers:
             x = layer(x, attention_mask=None)
-        tokens = self.connector(vm.post_layernorm(x))
+        tokens = self.connector(vm.post_layernorm(x)).to(torch.float32)
         return tokens * math.sqrt(tokens.shape[-1])
 
 
@@ -217,9 +224,9 @@ class PrefixParts:
             token_ids: int64 ``[1, L]``; token_mask: ``[1, L]``, nonzero for a real token.
             state: ``[1, state_dim]``.
         """
-        images, slot_pad = image_prefix(image_tokens, image_mask)
         text = self.embed_language(token_ids)
-        state_token = self.state_proj(state)[:, None, :]
+        images, slot_pad = image_prefix(image_tokens.to(text.dtype), image_mask)
+        state_token = project(self.state_proj, state)[:, None, :]
         embs = torch.cat([images, text, state_token], dim=1)
         state_pad = torch.ones(1, 1, dtype=torch.bool, device=embs.device)
         return embs, torch.cat([slot_pad, token_mask != 0, state_pad], dim=1)
@@ -263,8 +270,8 @@ class ActionParts:
 
         ``action_time_mlp_out(silu(action_time_mlp_in([action_in_proj(x_t), time_emb])))``.
         """
-        actions = self.action_in_proj(x_t)
-        times = time_emb[:, None, :].expand_as(actions)
+        actions = project(self.action_in_proj, x_t)
+        times = time_emb.to(actions.dtype)[:, None, :].expand_as(actions)
         fused = self.action_time_mlp_in(torch.cat([actions, times], dim=2))
         return self.action_time_mlp_out(F.silu(fused))
 
@@ -281,12 +288,14 @@ class ActionParts:
         """Per expert layer, the prefix keys/values it attends over.
 
         Self-attention layers read the backbone's cache as it is; cross-attention layers
-        read :func:`cross_attention_kv` of it. The same for every flow step.
+        read :func:`cross_attention_kv` of it. The same for every flow step. The cache
+        (float32 between stages) is read in the expert's weight dtype.
         """
         head_dim = self.config.text.head_dim
         out = []
         for i, layer in enumerate(self.expert.layers):
-            kv = (prefix_keys[i], prefix_values[i])
+            dtype = layer.self_attn.q_proj.weight.dtype
+            kv = (prefix_keys[i].to(dtype), prefix_values[i].to(dtype))
             if self.config.is_cross_attention(i):
                 kv = cross_attention_kv(layer, kv[0], kv[1], head_dim)
             out.append(kv)
@@ -299,7 +308,7 @@ class ActionParts:
         x_t: torch.Tensor,
         time_emb: torch.Tensor,
     ) -> torch.Tensor:
-        """One denoise step: the flow velocity ``[B, H, action_dim]``.
+        """One denoise step: the flow velocity ``[B, H, action_dim]`` (float32).
 
         Action token ``i`` sees every real prefix token and action tokens ``<= i``;
         self-attention layers place it at ``sum(prefix_pad) + i``, cross-attention
@@ -337,11 +346,15 @@ class ActionParts:
                 head_dim=head_dim,
             )
         out = self.expert.norm(x)
-        return self.action_out_proj(out[:, -c.chunk_size :].to(torch.float32))
+        return project(self.action_out_proj, out[:, -c.chunk_size :]).to(torch.float32)
 
 
 class SmolVLAModel(nn.Module, VisionParts, PrefixParts, ActionParts):
-    """SmolVLA (LeRobot's ``VLAFlowMatching``), float32, at any size of :class:`SmolVLAConfig`."""
+    """SmolVLA (LeRobot's ``VLAFlowMatching``) at any size of :class:`SmolVLAConfig`.
+
+    Built in float32; :func:`~vla_edge.runners.torch_device.place_module` may cast its
+    weights to bfloat16 or float16 and move it to any device.
+    """
 
     def __init__(self, config: SmolVLAConfig) -> None:
         super().__init__()
@@ -391,7 +404,7 @@ class SmolVLAModel(nn.Module, VisionParts, PrefixParts, ActionParts):
 
         A prefix pass fills a per-layer key/value cache; then Euler steps from ``x = noise``
         at ``t = 1`` with ``dt = -1/K`` at ``t = 1 + step * dt``, each step reading (never
-        updating) the cache.
+        updating) the cache. Runs on the inputs' device; the actions are float32.
 
         Args:
             images: ``[n_slots, 3, H, W]`` in [-1, 1]; image_mask ``[n_slots]``.
@@ -407,9 +420,9 @@ class SmolVLAModel(nn.Module, VisionParts, PrefixParts, ActionParts):
         embs, pad = self.embed_prefix(tokens, image_mask, token_ids, token_mask, state)
         keys, values = self.prefix_cache(embs, pad)
         dt = -1.0 / steps
-        x_t = noise
+        x_t = noise.to(torch.float32)
         for t in flow_times(steps):
-            time = torch.full((x_t.shape[0],), t, dtype=torch.float32)
+            time = torch.full((x_t.shape[0],), t, dtype=torch.float32, device=x_t.device)
             v_t = self.velocity(self.expert_kv(keys, values), pad, x_t, self.time_embedding(time))
             x_t = x_t + dt * v_t
         return x_t

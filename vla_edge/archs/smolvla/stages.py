@@ -30,6 +30,11 @@ control flow), sharing the parameters of one
 :func:`build_stages` returns them with example inputs and each tensor's declaration
 (:class:`~vla_edge.archs.common.TensorSpec`: name, shape, dtype, source; ``source`` is
 ``host:<name>`` or ``stage:<stage>.<output>``).
+
+Every stage, and :func:`run_stages` / :func:`head_actions` around them, makes its tensors on
+its inputs' device (no host tensor inside a call, so each stage can be captured as a CUDA
+graph) and takes and returns its declared float32 tensors whatever the weights' dtype
+(:func:`~vla_edge.runners.torch_device.place_module`).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from vla_edge.archs.stage_io import (
     executed_prefix_masks,
     flow_calls,
     on_flow_path,
+    one_hot_steps,
     stacked_cache,
 )
 
@@ -105,9 +111,10 @@ class FusionStage(nn.Module, PrefixParts):
         token_mask: torch.Tensor,
         state: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Returns ``(prefix_keys, prefix_values, prefix_pad)`` (``prefix_pad`` float 0/1)."""
+        """Returns ``(prefix_keys, prefix_values, prefix_pad)``, float32 (``prefix_pad`` 0/1)."""
         embs, pad = self.embed_prefix(image_tokens, image_mask, token_ids, token_mask, state)
-        return stacked_cache(*self.prefix_cache(embs, pad), pad)
+        keys, values, pad = stacked_cache(*self.prefix_cache(embs, pad), pad)
+        return keys.to(torch.float32), values.to(torch.float32), pad
 
 
 class ActionHeadStep(nn.Module, ActionParts):
@@ -115,7 +122,9 @@ class ActionHeadStep(nn.Module, ActionParts):
 
     Holds only the action expert and the action/time projections. The K flow times
     (``step_times`` ``[K, 1]``) and their time embeddings (``time_embeddings`` ``[K, W]``,
-    float64 arithmetic as LeRobot's) are constants computed here once.
+    float64 arithmetic as LeRobot's) are constants computed here once, on the host, and kept
+    as float32 buffers on the model's device (``module.to`` moves them; a weight dtype from
+    ``place_module`` leaves them float32).
     """
 
     def __init__(self, model: SmolVLAModel) -> None:
@@ -126,10 +135,11 @@ class ActionHeadStep(nn.Module, ActionParts):
             setattr(self, name, getattr(model, name))
         c = model.config
         self.dt = -1.0 / c.flow_steps
-        times = torch.tensor(flow_times(c.flow_steps), dtype=torch.float32)
+        device = model.action_in_proj.weight.device
+        times = torch.tensor(flow_times(c.flow_steps), dtype=torch.float32, device="cpu")
         table = time_embedding(times, c.expert_width, c.min_period, c.max_period)
-        self.register_buffer("time_embeddings", table, persistent=False)
-        self.register_buffer("step_times", times.reshape(-1, 1), persistent=False)
+        self.register_buffer("time_embeddings", table.to(device), persistent=False)
+        self.register_buffer("step_times", times.reshape(-1, 1).to(device), persistent=False)
 
     def forward(
         self,
@@ -145,9 +155,11 @@ class ActionHeadStep(nn.Module, ActionParts):
         """Actions ``[1, H, action_dim]`` after the Euler step ``step`` (one-hot) from ``x_t``.
 
         Rows under ``prefix_mask`` equal ``prefix_actions`` (the next step puts them back
-        on the flow path first, so after the last step they are the executed prefix).
+        on the flow path first, so after the last step they are the executed prefix). The
+        step's time and embedding are picked from the tables in float32.
         """
         keep, free = executed_prefix_masks(prefix_mask)
+        step = step.to(torch.float32)
         t = torch.mm(step, self.step_times).reshape(1, 1, 1)
         x_t = on_flow_path(x_t, t, noise, prefix_actions, keep, free)
         time_emb = torch.mm(step, self.time_embeddings).expand(noise.shape[0], -1)
@@ -210,12 +222,10 @@ class SmolVLAStages(StageSet):
     def repeats(self) -> dict[str, dict[str, object]]:
         """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
         k = self.model.config.flow_steps
-        # Plain lists, not torch.eye: stage_flops builds the stages under a fake mode.
-        steps = [[[float(i == j) for j in range(k)]] for i in range(k)]
         return {
             "action_head": {
                 "count": k,
-                "inputs": {"step": steps},
+                "inputs": {"step": one_hot_steps(k)},
                 "carry": {"x_t": "actions"},
             }
         }
@@ -304,4 +314,5 @@ def head_actions(
 ) -> torch.Tensor:
     """The action head's K calls, as a runner makes them (:func:`.stage_io.flow_calls`)."""
     fixed = (prefix_keys, prefix_values, prefix_pad, noise, prefix_actions, prefix_mask)
-    return flow_calls(stages.action_head, fixed, noise, declared_calls(stages))
+    calls = declared_calls(stages, device=noise.device)
+    return flow_calls(stages.action_head, fixed, noise, calls)
