@@ -9,6 +9,15 @@ Prefix conditioning: the first ``d`` rows of the chunk may be known (the
 steps that execute while inference runs). Those rows are held at their known
 values with flow time 1 (clean) at every Euler step, and are excluded from
 the training loss; training samples ``d`` at random in ``0..max_prefix_len``.
+
+Any device, any weight dtype: the flow times and ``dt`` are Python numbers and
+the time embedding's table is made on ``tau``'s device, so a forward makes no
+tensor on the host (a CUDA graph captures all ``K`` steps). The Euler state,
+the executed prefix and the flow times stay in the dtype of ``noise`` (float32
+from the runners) and the time embedding is computed in float32; the network
+reads them (and the context) in its weights' dtype and its velocity comes back
+in the state's dtype, so the chunk leaves as ``noise`` came, whatever the
+weights' dtype.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import torch
 from torch import nn
 
 from vla_edge.policy.config import PolicyConfig
-from vla_edge.policy.layers import CrossAttentionBlock
+from vla_edge.policy.layers import CrossAttentionBlock, cast
 
 
 def time_embedding(tau: torch.Tensor, dim: int) -> torch.Tensor:
@@ -55,8 +64,8 @@ class ActionHead(nn.Module):
         self.action_out = nn.Linear(d, config.action_dim)
 
     def context_keys_values(self, context: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per-block cross-attention keys/values; computed once per chunk."""
-        ctx = self.context_norm(context)
+        """Per-block cross-attention keys/values (weights' dtype); computed once per chunk."""
+        ctx = self.context_norm(cast(context, self.position.dtype))
         return [block.context_keys_values(ctx) for block in self.blocks]
 
     def velocity(
@@ -65,12 +74,15 @@ class ActionHead(nn.Module):
         tau_tokens: torch.Tensor,
         context_kv: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> torch.Tensor:
-        """Predicted velocity ``[B, H, A]`` at chunk ``x`` with per-row flow times ``[B, H]``."""
-        h = torch.cat([self.action_in(x), time_embedding(tau_tokens, self.d_model)], dim=-1)
+        """Predicted velocity ``[B, H, A]`` in ``x``'s dtype, per-row flow times ``[B, H]``."""
+        dtype = self.position.dtype
+        x_emb = self.action_in(cast(x, dtype))
+        tau_emb = cast(time_embedding(tau_tokens, self.d_model), dtype)
+        h = torch.cat([x_emb, tau_emb], dim=-1)
         h = self.time_mix(h) + self.position
         for block, (k, v) in zip(self.blocks, context_kv, strict=True):
             h = block(h, k, v)
-        return self.action_out(self.norm(h))
+        return cast(self.action_out(self.norm(h)), x.dtype)
 
     def forward(
         self,
@@ -86,10 +98,14 @@ class ActionHead(nn.Module):
             noise: ``[B, H, A]`` standard-normal start of the flow.
             prefix_actions: ``[B, H, A]`` normalised known rows (others ignored).
             prefix_mask: ``[B, H]`` float, 1 for a known row, 0 otherwise.
+
+        Returns:
+            The normalised chunk ``[B, H, A]`` in ``noise``'s dtype (float32 from the runners).
         """
         context_kv = self.context_keys_values(context)
+        prefix_mask = cast(prefix_mask, noise.dtype)
         keep = prefix_mask.unsqueeze(-1)
-        known = prefix_actions * keep
+        known = cast(prefix_actions, noise.dtype) * keep
         free = 1.0 - keep
         dt = 1.0 / self.flow_steps
         x = noise

