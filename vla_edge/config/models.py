@@ -287,6 +287,24 @@ class InferenceConfig(_Strict):
         "bundled", description="checkpoint, export directory or 'bundled' (local backends)"
     )
     threads: int = Field(2, ge=1, le=256, description="CPU threads of the runner")
+    device: str = Field(
+        "cpu",
+        pattern=r"^(cpu|cuda(:[0-9]+)?)$",
+        description="torch backend: cpu, cuda or cuda:N (a missing GPU is an error at start)",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="torch backend: weight dtype, auto: bfloat16 on cuda, float32 on cpu",
+    )
+    cuda_graphs: bool = Field(
+        True, description="torch backend on cuda: replay each stage as a captured CUDA graph"
+    )
+    onnx_providers: list[str] = Field(
+        default_factory=lambda: ["CPUExecutionProvider"],
+        min_length=1,
+        description="onnx backend: execution providers in priority order, each "
+        "'Name[;key=value...]' (a missing one is an error, never a CPU fallback)",
+    )
     cameras: list[str] = Field(
         default_factory=lambda: ["agentview", "wrist"],
         min_length=1,

@@ -116,10 +116,12 @@ MANIFEST_FORMAT = "vla_edge.export.v2"
 OLD_FORMATS = ("vla_edge.export.v1",)
 MANIFEST_NAME = "manifest.json"
 TOKENIZER_NAME = "tokenizer.json"
-BACKENDS = ("onnx", "executorch")
+BACKENDS = ("onnx", "executorch", "torch")
+"""``torch``: a stage's weights (safetensors) that the torch runner builds into the
+architecture's stage module, from the manifest's ``model_config``, on any device."""
 QUANTS = ("fp32", "fp16", "8da8w", "8da4w", "int8wo")
 """A stage's ``quant``: its ``Linear`` layers' scheme (:mod:`vla_edge.export.quant_recipes`)."""
-STAGE_SUFFIX = {"onnx": ".onnx", "executorch": ".pte"}
+STAGE_SUFFIX = {"onnx": ".onnx", "executorch": ".pte", "torch": ".safetensors"}
 RATES = ("per_instruction", "per_observation")
 HOST_INPUTS = (
     "images",
@@ -457,6 +459,13 @@ def validate_manifest(directory: Path, data: Any) -> Manifest:
         )
     host = _validate_host(where, directory, data, codec.state_dim)
     stages = _validate_stages(where, directory, data, host)
+    torch_stages = [s.name for s in stages.values() if s.backend == "torch"]
+    if torch_stages and not isinstance(data.get("model_config"), dict):
+        raise ManifestMismatchError(
+            f"{where}: field model_config is missing: stages {torch_stages} have backend "
+            "'torch', whose runner builds them from the architecture's config; "
+            f"{reexport_hint(directory)}"
+        )
     _validate_output(where, data, stages)
     return Manifest(directory=directory, data=data, stages=stages, host=host, codec=codec)
 

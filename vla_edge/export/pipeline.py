@@ -111,10 +111,11 @@ def check_backend_quant(backend: str, quant: str | QuantRecipe) -> QuantRecipe:
     if backend not in BACKENDS:
         raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
     recipe = resolve_recipe(quant)
-    if backend == "onnx" and not recipe.is_fp32:
+    if backend in ("onnx", "torch") and not recipe.is_fp32:
         raise ConfigError(
-            f"quant = {recipe.name!r} with backend 'onnx': only unquantised (fp32) recipes "
-            "are exported to ONNX"
+            f"quant = {recipe.name!r} with backend {backend!r}: only unquantised (fp32) "
+            "recipes are exported to ONNX or torch (the torch runner casts the weights to "
+            "its dtype when it loads them)"
         )
     return recipe
 
@@ -278,7 +279,17 @@ def export_stage(
     path = out_dir / f"{stage.name}{STAGE_SUFFIX[backend]}"
     settings = stage_quant(stage.name, quant)
     t0 = time.perf_counter()
-    if backend == "onnx":
+    if backend == "torch":
+        from vla_edge.export.torch_export import export_stage_torch
+
+        if not settings.is_fp32:
+            raise ConfigError(
+                f"stage {stage.name}: scheme {settings.scheme!r} with backend 'torch': the "
+                "stage's weights are written in float32"
+            )
+        details = export_stage_torch(stage, path)
+        check = False  # the program is the module itself
+    elif backend == "onnx":
         from vla_edge.export.onnx_export import export_stage_onnx
 
         if not settings.is_fp32:
@@ -532,9 +543,16 @@ def export_policy(
         The manifest's data.
 
     Raises:
-        ConfigError: unknown backend or recipe, a quantised recipe on ONNX, or int8
-            convolutions' calibration without its source or data.
+        ConfigError: unknown backend or recipe, a quantised recipe on ONNX, the torch
+            backend (a checkpoint already is torch), or int8 convolutions' calibration
+            without its source or data.
     """
+    if backend == "torch" or language_backend == "torch":
+        raise ConfigError(
+            "backend = 'torch' for a vla-edge checkpoint: a .pt checkpoint already runs in "
+            "torch on any device (--policy CKPT or bundled, with device: cuda); the torch "
+            "backend exports an imported policy directory (--policy DIR)"
+        )
     recipe = check_backend_quant(backend, quant)
     if calibration_frames is None:
         calibration_frames = recipe.calibration_frames

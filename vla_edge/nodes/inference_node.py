@@ -173,6 +173,10 @@ class InferenceNode(Node):
             threads=cfg.threads,
             flow_steps=cfg.runner_flow_steps,
             remote_timeout_s=cfg.remote_timeout_s,
+            device=cfg.device,
+            dtype=cfg.dtype,
+            cuda_graphs=cfg.cuda_graphs,
+            onnx_providers=cfg.onnx_providers,
         )
         spec = runner.spec
         missing = [cam for cam in spec.cameras if cam not in cfg.cameras]
@@ -351,6 +355,7 @@ class InferenceNode(Node):
             values: dict[str, Any] = {
                 "policy": self.policy,
                 "runner": type(self.runner).__name__,
+                "device": self.config.device,
                 "inferences": self.inferences,
                 "instruction": self.instruction_in_use or "",
                 "instructions_used": self.instructions_used,

@@ -215,11 +215,12 @@ def overrides_for(
     policy: str | None,
     threads: int | None = None,
     sequencer: bool = False,
+    device: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Parameter overrides implied by the options.
 
     ``--task`` sets the sim's task and its suite, ``--sequencer`` the sim's
-    sequencer, ``--policy`` and ``--threads`` the inference node's.
+    sequencer, ``--policy``, ``--threads`` and ``--device`` the inference node's.
     """
     overrides: dict[str, dict[str, Any]] = {}
     names = {spec.name for spec in graph(profile)}
@@ -230,6 +231,8 @@ def overrides_for(
         inference: dict[str, Any] = policy_parameters(policy) if policy else {}
         if threads is not None:
             inference["threads"] = int(threads)
+        if device is not None:
+            inference["device"] = str(device)
         if inference:
             overrides["inference_node"] = inference
     return overrides
@@ -479,6 +482,7 @@ def run_graph(
     announce: Any = print,
     namespace: str = "",
     sequencer: bool = False,
+    device: str | None = None,
 ) -> tuple[dict[str, Any], Monitor | None, dict[str, int]]:
     """Start the graph, watch it for ``duration_s`` (or until success), stop it.
 
@@ -500,7 +504,7 @@ def run_graph(
     task = sim_task(profile, task)
     processes = GraphProcesses(
         profile,
-        overrides_for(profile, task, policy, threads, sequencer),
+        overrides_for(profile, task, policy, threads, sequencer, device),
         log_dir=log_dir,
         namespace=namespace,
     )
@@ -536,6 +540,7 @@ def run_graph(
             "namespace": processes.namespace or "/",
             "policy": policy,
             "threads": threads,
+            "device": device,
             "duration_s": round(monitor.elapsed_s(), 3),
             "nodes_died": died,
             "exit_codes": codes,
@@ -601,6 +606,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads", type=int, default=None, help="inference threads (default: its config)"
     )
     parser.add_argument(
+        "--device",
+        default=None,
+        help="inference node's device for a torch policy: cpu, cuda or cuda:N (default: its "
+        "config)",
+    )
+    parser.add_argument(
         "--stop-on-success", action="store_true", help="stop 1 s after task_success"
     )
     parser.add_argument(
@@ -633,6 +644,7 @@ def run(args: argparse.Namespace) -> int:
             log_dir=args.log_dir,
             namespace=args.namespace,
             sequencer=args.sequencer,
+            device=args.device,
         )
     except KeyboardInterrupt:
         return 130

@@ -3,9 +3,10 @@
 * ``expert`` — the scripted expert (needs the simulator, ``env=``, which builds
   it: the expert reads the simulator's privileged state and lives in ``sim``);
 * ``bundled`` — the trained model shipped in ``vla_edge/models/bundled``;
-* a ``.pt`` checkpoint — the torch reference runner;
+* a ``.pt`` checkpoint — the torch reference runner (on ``device``);
 * a directory with ``manifest.json`` — an exported artifact of any architecture
-  (ONNX or ExecuTorch; its stages declare their tensors, see
+  (ONNX with ``onnx_providers``, ExecuTorch, or torch on ``device``, see
+  :mod:`vla_edge.runners.torch_stages`; its stages declare their tensors, see
   :mod:`vla_edge.export.manifest`; an export in an older format is refused by
   the runner with the command that re-exports it);
 * ``ws://host:port`` — a remote openpi-protocol server.
@@ -17,6 +18,7 @@ import torch.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -51,6 +53,10 @@ def make_runner(
     flow_steps: int | None = None,
     remote_timeout_s: float = 1.0,
     instruction_override: str | None = None,
+    device: str = "cpu",
+    dtype: str = "auto",
+    cuda_graphs: bool = True,
+    onnx_providers: Sequence[str] | None = None,
 ) -> Runner:
     """Build the runner named by ``policy``.
 
@@ -58,11 +64,18 @@ def make_runner(
         flow_steps: Euler steps ``K`` of the action head; ``None`` keeps the
             artifact's own. A torch checkpoint runs with any ``1 <= K <= MAX_FLOW_STEPS``;
             an export has its ``K`` built in, so only that value is accepted.
+        device, dtype, cuda_graphs: where a torch checkpoint or a torch export runs
+            (:mod:`vla_edge.runners.torch_device`); other backends run on the CPU.
+        onnx_providers: an ONNX export's execution providers, each
+            ``'Name[;key=value...]'`` (``None``: the CPU).
 
     Raises:
         ConfigError: the policy string names nothing usable (missing file, no
             manifest, unknown backend, ``expert`` without an env), or
-            ``flow_steps`` is out of range or not the export's ``K``.
+            ``flow_steps`` is out of range or not the export's ``K``, or a device
+            other than ``cpu`` for a backend that is not torch.
+        DeviceUnavailableError: ``device`` names a GPU this machine lacks.
+        ExecutionProviderError: an ONNX Runtime provider this build lacks.
     """
     del instruction_override  # the instruction travels in each Observation
     if flow_steps is not None and not 1 <= flow_steps <= MAX_FLOW_STEPS:
@@ -101,17 +114,36 @@ def make_runner(
                 f"{manifest.get('flow_steps')}; export again with `vla-edge export "
                 f"--flow-steps {flow_steps}` or leave flow_steps unset (0 in node parameters)"
             )
+        if backend == "torch":
+            from vla_edge.runners.torch_stages import TorchStagesRunner
+
+            return TorchStagesRunner(
+                path, threads=threads, device=device, dtype=dtype, cuda_graphs=cuda_graphs
+            )
+        if device != "cpu":
+            raise ConfigError(
+                f"device = {device!r}: {path} is a {backend!r} export, which runs on the CPU "
+                "here; an ONNX export takes GPU execution providers (onnx_providers), or "
+                "export the policy with --backend torch"
+            )
         if backend == "onnx":
             from vla_edge.runners.onnx_runner import OnnxRunner
 
-            return OnnxRunner(path, threads=threads)
+            return OnnxRunner(path, threads=threads, providers=onnx_providers)
         if backend == "executorch":
             from vla_edge.runners.executorch_runner import ExecuTorchRunner
 
             return ExecuTorchRunner(path, threads=threads)
         raise ConfigError(
-            f"{manifest_path}: backend = {backend!r}: expected 'onnx' or 'executorch'"
+            f"{manifest_path}: backend = {backend!r}: expected 'onnx', 'executorch' or 'torch'"
         )
     from vla_edge.runners.torch_runner import TorchRunner
 
-    return TorchRunner(path, threads=threads, flow_steps=flow_steps)
+    return TorchRunner(
+        path,
+        threads=threads,
+        flow_steps=flow_steps,
+        device=device,
+        dtype=dtype,
+        cuda_graphs=cuda_graphs,
+    )

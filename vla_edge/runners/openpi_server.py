@@ -523,6 +523,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads", type=int, default=2, help="intra-op threads of the runner (default 2)"
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where a torch checkpoint or torch export runs: cpu, cuda or cuda:N "
+        "(checked before the server starts)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -541,6 +547,15 @@ def run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         print(f"'serve' needs vla_edge.runners.factory: {exc}", file=sys.stderr)
         return 2
+    if args.device != "cpu":  # a GPU this machine lacks is refused now, not at the first client
+        from vla_edge.core.errors import ConfigError
+        from vla_edge.runners.torch_device import resolve_device
+
+        try:
+            resolve_device(args.device)
+        except ConfigError as exc:
+            print(f"--device: {exc}", file=sys.stderr)
+            return 2
     server = PolicyServer(
         host=args.host,
         port=args.port,
@@ -549,4 +564,6 @@ def run(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         metadata={"policy": str(args.policy)},
     )
-    return server.serve_forever(loader=lambda: make_runner(args.policy, threads=args.threads))
+    return server.serve_forever(
+        loader=lambda: make_runner(args.policy, threads=args.threads, device=args.device)
+    )

@@ -62,6 +62,8 @@ class EvalJob:
     image_size: int | None = None
     flow_steps: int | None = None
     threads: int = 2
+    device: str = "cpu"
+    """Where a torch checkpoint or torch export runs (``cpu``, ``cuda``, ``cuda:N``)."""
     controller_config: str | None = None
     safety_config: str | None = None
 
@@ -205,26 +207,30 @@ _LOADED: dict[tuple[Any, ...], tuple[Any, Any, tuple[int, int]]] = {}
 
 
 def env_and_runner(
-    policy: str, image_size: int | None, threads: int, flow_steps: int | None
+    policy: str,
+    image_size: int | None,
+    threads: int,
+    flow_steps: int | None,
+    device: str = "cpu",
 ) -> tuple[Any, Any, tuple[int, int]]:
     """The tabletop at the policy's image size (or ``image_size``) and the policy's runner."""
     from vla_edge.runners.factory import make_runner
     from vla_edge.sim.env import TabletopEnv
 
     if image_size is None and policy != "expert":
-        runner = make_runner(policy, threads=threads, flow_steps=flow_steps)
+        runner = make_runner(policy, threads=threads, flow_steps=flow_steps, device=device)
         size = (runner.spec.image_height, runner.spec.image_width)
         env = TabletopEnv(image_height=size[0], image_width=size[1], cameras=runner.spec.cameras)
         return env, runner, size
     side = image_size or 64
     env = TabletopEnv(image_height=side, image_width=side, cameras=["agentview", "wrist"])
-    runner = make_runner(policy, env=env, threads=threads, flow_steps=flow_steps)
+    runner = make_runner(policy, env=env, threads=threads, flow_steps=flow_steps, device=device)
     return env, runner, (side, side)
 
 
 def _runtime_key(job: EvalJob) -> tuple[Any, ...]:
     """What a loaded simulator and runner depend on."""
-    return (job.policy, job.image_size, job.threads, job.flow_steps)
+    return (job.policy, job.image_size, job.threads, job.flow_steps, job.device)
 
 
 def _release(loaded: tuple[Any, Any, tuple[int, int]]) -> None:
@@ -238,7 +244,9 @@ def _loaded(job: EvalJob) -> tuple[Any, Any, tuple[int, int]]:
     if key not in _LOADED:
         while len(_LOADED) >= MAX_RUNNERS_PER_WORKER:
             _release(_LOADED.pop(next(iter(_LOADED))))
-        _LOADED[key] = env_and_runner(job.policy, job.image_size, job.threads, job.flow_steps)
+        _LOADED[key] = env_and_runner(
+            job.policy, job.image_size, job.threads, job.flow_steps, job.device
+        )
     return _LOADED[key]
 
 

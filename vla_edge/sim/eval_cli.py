@@ -66,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--image-size", type=int, default=None, help="square render size (px)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where a torch checkpoint or a torch export runs: cpu, cuda or cuda:N "
+        "(bfloat16 weights and CUDA graphs on a GPU)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--controller-config", default=None, help="controller YAML")
     parser.add_argument("--safety-config", default=None, help="safety YAML")
@@ -113,6 +119,7 @@ def job_from_args(args: argparse.Namespace) -> EvalJob:
         image_size=args.image_size,
         flow_steps=args.flow_steps,
         threads=args.threads,
+        device=args.device,
         controller_config=args.controller_config,
         safety_config=args.safety_config,
     )
