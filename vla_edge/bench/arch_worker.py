@@ -73,7 +73,7 @@ def export(args: argparse.Namespace) -> dict[str, Any]:
     return entry
 
 
-def _host_values(stages: Any, case: int, seed: int) -> dict[str, Any]:
+def host_values(stages: Any, case: int, seed: int) -> dict[str, Any]:
     """The host inputs of parity case ``case`` (and of the timed runs): source -> tensor."""
     from vla_edge.bench.arch_models import bench_inputs, host_sources
 
@@ -87,7 +87,7 @@ def _host_values(stages: Any, case: int, seed: int) -> dict[str, Any]:
     return host
 
 
-def _declared(stages: Any) -> dict[str, tuple[Any, Any, Any]]:
+def declared_stages(stages: Any) -> dict[str, tuple[Any, Any, Any]]:
     """Each stage's ``(inputs, outputs, repeat)``: its declared tensors and loop (or None)."""
     from vla_edge.export.manifest import stage_repeat
 
@@ -112,7 +112,7 @@ def _chain(
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """Run the three stages in order (a looped stage K calls); every value by source, and ms.
 
-    ``declared``: :func:`_declared`; ``convert``: applied to a loop's per-call values.
+    ``declared``: :func:`declared_stages`; ``convert``: applied to a loop's per-call values.
     """
     from vla_edge.export.manifest import run_stage as run_declared
 
@@ -155,9 +155,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         stages = build_stages(args.arch, model)
     sources = host_sources(stages)
     outputs = {s: [t.name for t in v] for s, v in stages.outputs().items()}
-    declared = _declared(stages)
+    declared = declared_stages(stages)
     convert = None  # a program takes the loop's numpy values as they are
-    cases = [_host_values(stages, case, args.seed) for case in range(PARITY_CASES)]
+    cases = [host_values(stages, case, args.seed) for case in range(PARITY_CASES)]
     if args.program_dir:
         t_load = time.perf_counter()
         from vla_edge.runners.programs import open_program

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vla_edge.bench import arch_latency
+from vla_edge.bench import arch_latency, device_latency
 from vla_edge.core.errors import VlaEdgeError
 
 BACKENDS = ("torch", "onnx", "executorch", "remote")
@@ -70,7 +70,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reuse-exports", action="store_true", help="with --arch: keep stages already exported"
     )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cpu, cuda or cuda:N: the imported architectures' torch stages on that device "
+        "(random weights, CUDA graphs on a GPU, parity with the CPU float32 reference; "
+        "vla_edge.bench.device_latency)",
+    )
     arch_latency.add_arguments(parser)
+    device_latency.add_arguments(parser)
 
 
 # ---------------------------------------------------------------- machine
@@ -510,6 +518,14 @@ def _remote_entry(
 
 def run(args: argparse.Namespace) -> int:
     """Write the latency JSON."""
+    if args.device is not None:
+        try:
+            device_latency.run_device_bench(args)
+        except VlaEdgeError as exc:
+            print(f"vla-edge bench latency: {exc}", file=sys.stderr)
+            return 2
+        print(f"wrote {args.json}")
+        return 0
     if args.arch is not None:
         if args.timeout_s == 900.0:
             args.timeout_s = ARCH_TIMEOUT_S
