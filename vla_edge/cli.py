@@ -18,8 +18,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("vla_edge.sim.eval_cli", "closed-loop evaluation in virtual time"),
     "sweep": ("vla_edge.sim.sweep", "a matrix of evaluations, locally or on Ray"),
     "train": ("vla_edge.policy.train", "train the VLA policy"),
-    "import": ("vla_edge.archs.import_cli", "import a π0 / π0.5 checkpoint as a policy directory"),
-    "export": ("vla_edge.export.cli", "export a checkpoint to ONNX / ExecuTorch"),
+    "import": (
+        "vla_edge.archs.import_cli",
+        "import a π0 / π0.5 / SmolVLA checkpoint as a policy directory",
+    ),
+    "export": (
+        "vla_edge.export.cli",
+        "export a checkpoint or policy directory to ONNX / ExecuTorch / torch",
+    ),
     "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
     "faults": ("vla_edge.faults.cli", "run the fault-injection suite"),
     "soak": (

@@ -54,7 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a policy directory from `vla-edge import` (pi0, pi05, smolvla) instead of a "
         "checkpoint",
     )
-    parser.add_argument("--backend", choices=BACKENDS, required=True)
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        required=True,
+        help="onnx or executorch: programs for the CPU runtimes; torch (--policy only): each "
+        "stage's weights, for the torch runner on a GPU or the CPU (device, dtype)",
+    )
     parser.add_argument(
         "--quant",
         default="fp32",
@@ -111,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="refuse the export when a joint's RMS error against eager torch exceeds this "
-        "% of its range",
+        "%% of its range",
     )
     gate.add_argument(
         "--parity-samples", type=int, default=24, help="observations the gate compares"
