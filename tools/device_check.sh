@@ -6,6 +6,12 @@
 #
 #   bash tools/device_check.sh            # on the GPU machine, from the repository root
 #
+# The wheels, fetched here for the GPU machine's Python 3.12 (into an ignored folder):
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_17_x86_64 -d .whl transformers==5.24.0 \
+#     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection
+#
 # 1. the CUDA tests of the suite (each stage captured as a CUDA graph, fp32 and bf16,
 #    against the CPU chunk; a whole SmolVLA chunk as one graph);
 # 2. vla-edge bench latency --device cuda: the bundled model and, at full size, pi0 / pi05 (1 and 3 cameras) and
