@@ -44,6 +44,7 @@ setup(
         "console_scripts": [
             "vla-edge = vla_edge.cli:main",
             "controller_node = vla_edge.nodes.controller_node:main",
+            "fault_injector_node = vla_edge.nodes.fault_injector_node:main",
             "inference_node = vla_edge.nodes.inference_node:main",
             "safety_node = vla_edge.nodes.safety_node:main",
             "sim_node = vla_edge.nodes.sim_node:main",

@@ -102,3 +102,17 @@ def test_launch_file_declares_a_namespace_argument(profile):
         and isinstance(call.args[0], ast.Constant)
     }
     assert "namespace" in declared
+
+
+def test_every_node_module_has_a_console_script_that_ros2_run_finds():
+    """Each ``vla_edge/nodes/*_node.py`` is an executable of the package (``ros2 run``)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    scripts = {
+        node.value.split(" = ")[0]: node.value.split(" = ")[1]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " = " in node.value
+    }
+    modules = sorted(p.stem for p in (ROOT / "vla_edge" / "nodes").glob("*_node.py"))
+    assert "fault_injector_node" in modules
+    for module in modules:
+        assert scripts.get(module) == f"vla_edge.nodes.{module}:main", module
