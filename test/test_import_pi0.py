@@ -815,3 +815,39 @@ def test_policy_dir_that_does_not_validate_is_refused_by_name(world, tmp_path):
     (out / "model.safetensors").unlink()
     with pytest.raises(PolicyDirError, match="weights file .* not found"):
         load_policy_dir(out)
+
+
+# -- PaliGemma's token table -----------------------------------------------------------------
+
+
+def full_header_shapes(drop_expert_head: bool, rows: int) -> dict[str, tuple[int, ...]]:
+    """A full-size π0's openpi-named shapes, its PaliGemma table cut to ``rows``."""
+    shapes = dict(openpi_file_shapes(Pi0Config.full_pi0()))
+    shapes[ckpt_module._LM_HEAD] = (rows, shapes[ckpt_module._LM_HEAD][1])
+    if drop_expert_head:
+        del shapes[UNUSED[0]]
+    return shapes
+
+
+FULL_JSON = {
+    "action_dim": 32,
+    "action_horizon": 50,
+    "paligemma_variant": "gemma_2b",
+    "action_expert_variant": "gemma_300m",
+}
+
+
+def test_a_full_size_paligemma_table_of_another_size_is_refused_as_openpi_does():
+    shapes = full_header_shapes(drop_expert_head=True, rows=1000)
+    with pytest.raises(CheckpointError, match=r"lm_head.weight has 1000 rows, expected 257152"):
+        infer_config(shapes, FULL_JSON, "openpi", "pi0", ImportOptions())
+
+
+def test_a_cut_paligemma_table_is_reported_on_its_own_key_not_the_experts():
+    shapes = full_header_shapes(drop_expert_head=False, rows=1000)
+    config = infer_config(shapes, FULL_JSON, "openpi", "pi0", ImportOptions())
+    assert config.vocab_size == 257152  # from the expert's untouched twin
+    with pytest.raises(CheckpointKeysError) as refused:
+        ckpt_module.check_keys(shapes, config, "header")
+    message = str(refused.value)
+    assert "paligemma.lm_head.weight" in message and "gemma_expert.lm_head" not in message

@@ -184,6 +184,29 @@ def _first(config_json: Mapping[str, Any], *names: str) -> Any:
     return None
 
 
+def _vocab_size(shapes: Mapping[str, tuple[int, ...]], paligemma: GemmaSize) -> int:
+    """Rows of the token table: the expert's unread ``lm_head`` when the file keeps it.
+
+    That twin of PaliGemma's table is never shrunk with it, so a shrunk PaliGemma table
+    is reported on its own key, not the expert's. At PaliGemma's real size (Gemma 2B)
+    the rows are openpi's fixed 257,152 (its config sets them; its loader refuses
+    others); the small test sizes may have fewer.
+
+    Raises:
+        CheckpointError: a Gemma 2B checkpoint whose table has another number of rows.
+    """
+    expert_head = shapes.get(UNUSED[0])
+    head = shapes.get(_LM_HEAD, shapes.get(EMBED_TOKENS))
+    rows = (expert_head or head or (PALIGEMMA_VOCAB_SIZE,))[0]
+    if paligemma.width == GemmaSize.gemma_2b().width and rows != PALIGEMMA_VOCAB_SIZE:
+        raise CheckpointError(
+            f"{_LM_HEAD} has {rows} rows, expected {PALIGEMMA_VOCAB_SIZE}: PaliGemma's "
+            "token table (Gemma 2B) is fixed at that size in openpi and LeRobot, so the "
+            "checkpoint's embedding was cut or is not PaliGemma's"
+        )
+    return rows
+
+
 def _lerobot_image_slots(config_json: Mapping[str, Any]) -> tuple[str, ...]:
     """LeRobot's slots: the VISUAL input features in order, then ``empty_cameras`` blanks."""
     features = config_json.get("input_features") or {}
@@ -217,7 +240,7 @@ def infer_config(
         "action_expert_variant",
         "--expert-variant",
     )
-    head = shapes.get(_LM_HEAD, shapes.get(EMBED_TOKENS))
+    vocab_size = _vocab_size(shapes, pg)
     in_proj = shapes.get("action_in_proj.weight")
     action_dim = _first(config_json, "action_dim", "max_action_dim")
     if action_dim is None and in_proj is not None and len(in_proj) == 2:
@@ -234,7 +257,7 @@ def infer_config(
         "paligemma": pg,
         "expert": ex,
         "projection_dim": pg.width,
-        "vocab_size": head[0] if head else PALIGEMMA_VOCAB_SIZE,
+        "vocab_size": vocab_size,
         "action_dim": action_dim if action_dim is not None else 32,
         "action_horizon": horizon,
         "max_token_len": max_tokens if max_tokens is not None else (200 if pi05 else 48),
