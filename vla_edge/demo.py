@@ -110,10 +110,15 @@ def plot_joints(recording: Any, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _ms(value: Any, digits: int = 1) -> str:
+    """A millisecond figure as it is read (``n/a`` when it was not measured)."""
+    return "n/a" if value is None else f"{float(value):.{digits}f}"
+
+
 def summary_lines(metrics: dict[str, Any]) -> list[str]:
-    """The human-readable report."""
-    jitter = metrics["controller_period_jitter_ms"]
-    age = metrics["chunk_age_ms"]
+    """The human-readable report (figures rounded as they are read; the JSON keeps them)."""
+    jitter = {k: _ms(v, 2) for k, v in metrics["controller_period_jitter_ms"].items()}
+    age = {k: _ms(v) for k, v in metrics["chunk_age_ms"].items()}
     stages = ", ".join(
         f"{stage} {v['p50']:.1f} ms"
         for stage, v in metrics["inference_stage_ms"].items()
