@@ -68,6 +68,9 @@ DEFINITIONS: dict[str, str] = {
     "buffer_underruns": "the controller's buffer_underruns counter (a hold entered after a chunk "
     "ran out), counted per /diagnostics period; an increment whose period overlaps "
     "[fault start, fault end + recovery_s] is 'in_faults', any other 'outside_faults'",
+    "safety_limited_ticks": "share of the safety node's ticks in which its limiter changed the "
+    "command, from its ticks and limited_ticks counters read at every sample; 'outside_faults' "
+    "counts only the sample periods that do not overlap [fault start, fault end + recovery_s]",
     "fault end": "inference_crash: the first chunk after the respawn; inference_stall: the first "
     "chunk after SIGCONT; estop: the safety reset's reply",
     "restarts": "node processes started again: 'injected' after a crash the soak caused, "
@@ -302,6 +305,45 @@ def counter_increments(
             out.append((last_t, t_s, int(round(increment))))
         last_t, last_value = t_s, value
     return out
+
+
+def limited_ticks(
+    samples: Sequence[Sample], spans: Sequence[tuple[float, float]]
+) -> dict[str, Any]:
+    """The safety node's limited-tick share, overall and outside faults (see DEFINITIONS).
+
+    From its cumulative ``ticks`` and ``limited_ticks`` counters in each sample; a
+    lower reading than the one before is a restarted node counting from zero.
+    """
+    totals = {"ticks": 0, "limited_ticks": 0, "ticks_outside_faults": 0}
+    totals["limited_ticks_outside_faults"] = 0
+    last: tuple[float, float, float] | None = None
+    for sample in samples:
+        safety = sample.get("safety") or {}
+        ticks, limited = safety.get("ticks"), safety.get("limited_ticks")
+        if ticks is None or limited is None:
+            continue
+        t_from, ticks_before, limited_before = last if last is not None else (0.0, 0.0, 0.0)
+        restarted = ticks < ticks_before
+        d_ticks = ticks if restarted else ticks - ticks_before
+        d_limited = limited if restarted else limited - limited_before
+        totals["ticks"] += int(round(d_ticks))
+        totals["limited_ticks"] += int(round(d_limited))
+        if not in_fault(t_from, sample["t_s"], spans):
+            totals["ticks_outside_faults"] += int(round(d_ticks))
+            totals["limited_ticks_outside_faults"] += int(round(d_limited))
+        last = (sample["t_s"], ticks, limited)
+
+    def share(limited: int, ticks: int) -> float | None:
+        return limited / ticks if ticks else None
+
+    return {
+        "share": share(totals["limited_ticks"], totals["ticks"]),
+        "share_outside_faults": share(
+            totals["limited_ticks_outside_faults"], totals["ticks_outside_faults"]
+        ),
+        **totals,
+    }
 
 
 # ------------------------------------------------------------------ windows
@@ -564,7 +606,9 @@ def build_report(
     episodes = [asdict(e) for e in record.episodes]
     # an interrupted soak has windows up to where it stopped; the last window holds
     # the samples taken after the nominal end (the final one)
-    duration_s = record.duration_s if record.interrupted else settings["duration_s"]
+    # (a soak that ran out of listed episodes ended early too: graph evaluation)
+    early = record.interrupted or record.duration_s < settings["duration_s"]
+    duration_s = record.duration_s if early else settings["duration_s"]
     bounds = window_bounds(max(duration_s, 1e-3), settings["window_s"])
     increments = counter_increments(record.underrun_readings)
     underruns = classify_underruns(
@@ -616,6 +660,10 @@ def build_report(
             "finished_without_switch": sum(1 for e in ended if e.switched_t_s is None),
             "reset_failures": len(record.reset_failures),
         },
+        "safety_limited_ticks": limited_ticks(
+            record.samples,
+            [(f["start_s"], f["end_s"] + settings["recovery_s"]) for f in faults],
+        ),
         "faults": {k: sum(1 for f in record.faults if f.kind == k) for k in settings["faults"]},
         "restarts": restarts,
         "restarts_total": len(record.restarts),
@@ -665,6 +713,13 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         f"buffer underruns: {s['buffer_underruns']['in_faults']} in faults, "
         f"{s['buffer_underruns']['outside_faults']} outside",
     ]
+    limited = s.get("safety_limited_ticks") or {}
+    if limited.get("share") is not None:
+        outside = limited.get("share_outside_faults")
+        lines.append(
+            f"safety node limited {100 * limited['share']:.2f} % of its ticks"
+            + (f" ({100 * outside:.2f} % outside faults)" if outside is not None else "")
+        )
     for name, goal in report["goals"].items():
         verdict = {True: "pass", False: "FAIL", None: "not measured"}[goal["passed"]]
         lines.append(f"goal {name}: {goal['value']} (limit {goal['limit']}): {verdict}")

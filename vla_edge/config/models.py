@@ -6,6 +6,7 @@ Units are SI and part of each field name. Per-joint lists follow the order of
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -128,6 +129,42 @@ class ControllerConfig(_Strict):
         default_factory=list,
         description="per-joint upper limit a chunk step must respect, none: unchecked [rad, m]",
     )
+    command_limit_margin: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="share of the safety node's vel/acc/jerk limits the command keeps, "
+        "0: unshaped [1]",
+    )
+    safety_params_file: str = Field(
+        "",
+        description="safety parameter file whose limits the command keeps to, "
+        "'': config/safety.yaml",
+    )
+    home_positions: list[float] = Field(
+        default_factory=list,
+        description="per-joint pose ~/home moves to unless one came on home_pose, none: "
+        "home_pose only [rad, m]",
+    )
+    home_limit_margin: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="share of the safety node's vel/acc/jerk limits a homing keeps to [1]",
+    )
+    home_tolerance: float = Field(
+        0.02,
+        gt=0.0,
+        le=1.0,
+        description="largest measured distance of any joint from the home pose that is homed "
+        "[rad, m]",
+    )
+    home_settle_timeout_s: float = Field(
+        2.0,
+        gt=0.0,
+        le=60.0,
+        description="after the homing trajectory, longest wait for home_tolerance [s]",
+    )
     realtime_priority: int = Field(
         50,
         ge=0,
@@ -175,6 +212,21 @@ class ControllerConfig(_Strict):
                 f"control_loop_timeout_s={self.control_loop_timeout_s} must be >= the control "
                 f"period 1/rate_hz={period_s:.6f}"
             )
+        if self.home_positions:
+            if len(self.home_positions) != n:
+                raise ValueError(
+                    f"home_positions has {len(self.home_positions)} entries, expected {n} "
+                    "(one per joint) or none"
+                )
+            lows = self.position_min or [-math.inf] * n
+            highs = self.position_max or [math.inf] * n
+            homes = zip(self.joint_names, self.home_positions, lows, highs, strict=True)
+            for joint, value, lo, hi in homes:
+                if not (math.isfinite(value) and lo <= value <= hi):
+                    raise ValueError(
+                        f"joint {joint}: home_positions = {value} must be finite and inside "
+                        f"[position_min, position_max] = [{lo}, {hi}]"
+                    )
         return self
 
 
@@ -302,8 +354,7 @@ class InferenceConfig(_Strict):
     onnx_providers: list[str] = Field(
         default_factory=lambda: ["CPUExecutionProvider"],
         min_length=1,
-        description="onnx backend: execution providers in priority order, each "
-        "'Name[;key=value...]' (a missing one is an error, never a CPU fallback)",
+        description="onnx backend: execution providers in order, each 'Name[;key=value...]'",
     )
     cameras: list[str] = Field(
         default_factory=lambda: ["agentview", "wrist"],
@@ -402,6 +453,16 @@ class SimConfig(_Strict):
     )
     joint_state_rate_hz: float = Field(
         100.0, gt=0.0, le=2000.0, description="joint state rate [Hz]"
+    )
+    home_on_reset: bool = Field(
+        True,
+        description="~/reset homes the arm to the task's initial pose first (controller's ~/home)",
+    )
+    home_timeout_s: float = Field(
+        15.0,
+        gt=0.0,
+        le=300.0,
+        description="longest wait of ~/reset for the controller's homed [s]",
     )
     realtime_priority: int = Field(
         45,

@@ -17,6 +17,7 @@ from vla_edge.config.models import ControllerConfig
 from vla_edge.control.chunk_buffer import ChunkBuffer, drop_past_steps
 from vla_edge.control.interpolation import hold_ramp
 from vla_edge.control.merge import MergeStrategy, make_merge_strategy
+from vla_edge.control.shaping import CommandLimits, CommandShaper
 from vla_edge.control.staleness import validate_chunk
 from vla_edge.core.errors import (
     ChunkRejectedError,
@@ -54,13 +55,23 @@ _REJECTION_REASONS = tuple(
 
 
 class Controller:
-    """Chunk buffer + merge strategy + sampling at the controller rate."""
+    """Chunk buffer + merge strategy + sampling at the controller rate (+ command shaping).
+
+    Args:
+        config: the controller's parameters.
+        initial_positions: where the command starts, at rest.
+        merge: the merge strategy (default: the one ``config.merge`` names).
+        limits: the bounds the command keeps to
+            (:func:`~vla_edge.control.shaping.command_limits_for` the safety
+            configuration); ``None``: the sampled plan is commanded as it is.
+    """
 
     def __init__(
         self,
         config: ControllerConfig,
         initial_positions: np.ndarray,
         merge: MergeStrategy | None = None,
+        limits: CommandLimits | None = None,
     ) -> None:
         self.config = config
         self.joint_names = tuple(config.joint_names)
@@ -73,6 +84,9 @@ class Controller:
         if not np.all(np.isfinite(initial)):
             raise InvalidCommandError(f"initial_positions = {initial.tolist()}: must be finite")
         self.merge: MergeStrategy = merge if merge is not None else make_merge_strategy(config)
+        self.shaper = (
+            CommandShaper(limits, 1.0 / config.rate_hz, initial) if limits is not None else None
+        )
         self.buffer = ChunkBuffer(n, config.interpolation)
         self._hold_start_s = float("-inf")
         self._hold_p0 = initial.copy()
@@ -100,6 +114,7 @@ class Controller:
             "clock_jumps": 0,
             "stops": 0,
             "limit_clamps": 0,
+            "shaped_steps": 0,
             "non_finite_clock_steps": 0,
         }
 
@@ -205,7 +220,9 @@ class Controller:
 
         With ``position_min``/``position_max`` configured the command is kept
         inside them (a hold ramp or cubic interpolation near a limit may
-        overshoot the last target by a little).
+        overshoot the last target by a little). With command limits the sampled
+        plan is then shaped into them (counted in ``shaped_steps`` when the
+        command differs from the plan).
 
         A non-finite ``now_s`` changes nothing: the last command comes back with
         the last finite stamp (counted in ``non_finite_clock_steps``).
@@ -224,6 +241,11 @@ class Controller:
                 self.counters["limit_clamps"] += 1
                 velocity = np.where(clamped != position, 0.0, velocity)
                 position = clamped
+        if self.shaper is not None:
+            position = self.shaper.step(position)
+            velocity = self.shaper.velocity
+            if self.shaper.shaped:
+                self.counters["shaped_steps"] += 1
         self._last_velocity = np.asarray(velocity, dtype=np.float64)
         if not self.buffer.is_empty and now_s > self.buffer.end_s:
             self.buffer.clear()

@@ -20,7 +20,9 @@ One :meth:`ClosedLoop.tick` advances the simulator by ``env.control_dt_s``
    ``prefix`` merge the controller's remaining plan is passed as the executed
    prefix (``inference/prefix.py``), as the inference node does.
 6. **controller**: :func:`~vla_edge.control.supervision.supervised_step`, the
-   rules of ``nodes/controller_node.py`` (watchdog, clock jumps).
+   rules of ``nodes/controller_node.py`` (watchdog, clock jumps); its command
+   is shaped into ``command_limit_margin`` of the safety node's limits
+   (:mod:`vla_edge.control.shaping`).
 7. **safety** filters the command (or holds while the controller is dead) and
    the **env** steps with the safe command.
 
@@ -46,6 +48,7 @@ import numpy as np
 
 from vla_edge.config.models import ControllerConfig, InferenceConfig, SafetyConfig
 from vla_edge.control.controller import Controller
+from vla_edge.control.shaping import CommandLimits, command_limits_for
 from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
 from vla_edge.core.clock import TIME_EPS_S
@@ -163,11 +166,18 @@ class ControllerProcess:
     ``observation`` (stamped with the chunk's observation time); every tick
     steps the controller under its watchdog and publishes the command (the
     buffer running out is a controlled hold); a new chunk is requested when the
-    trigger asks and joint states are fresh.
+    trigger asks and joint states are fresh. Given the safety node's limits
+    (``limits``), the command is shaped into them as the node shapes it.
     """
 
-    def __init__(self, config: ControllerConfig, positions: np.ndarray, now_s: float) -> None:
-        self.core = Controller(config, initial_positions=positions)
+    def __init__(
+        self,
+        config: ControllerConfig,
+        positions: np.ndarray,
+        now_s: float,
+        limits: CommandLimits | None = None,
+    ) -> None:
+        self.core = Controller(config, initial_positions=positions, limits=limits)
         self.watchdog = Watchdog.from_controller_config(config, start_s=now_s)
 
     def joint_states_lost(self, now_s: float) -> bool:
@@ -396,6 +406,8 @@ class ClosedLoop:
         self.safety_config = safety_config
         self.settings = settings
         self.faults: Disturbances = faults if faults is not None else NoDisturbances()
+        # the controller keeps command_limit_margin of the safety node's limits
+        self.command_limits = command_limits_for(controller_config, safety_config)
 
     def reset(
         self,
@@ -416,7 +428,7 @@ class ClosedLoop:
         self.system_clock_s = 0.0
         self.safety = SafetySupervisor(self.safety_config, initial_positions=obs.state.copy())
         self.controller: ControllerProcess | None = ControllerProcess(
-            self.controller_config, obs.state.copy(), 0.0
+            self.controller_config, obs.state.copy(), 0.0, self.command_limits
         )
         self.observations = self._observation_path()
         self.last_joint_state: np.ndarray | None = obs.state.copy()
@@ -540,7 +552,9 @@ class ClosedLoop:
                 if self.last_joint_state is not None
                 else self.safety.limiter.positions
             )
-            self.controller = ControllerProcess(self.controller_config, start.copy(), clock)
+            self.controller = ControllerProcess(
+                self.controller_config, start.copy(), clock, self.command_limits
+            )
 
     def _deliver(self, t: float, clock: float) -> bool:
         """Deliver the chunk in flight if its inference has finished; True if accepted."""

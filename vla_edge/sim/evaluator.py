@@ -20,6 +20,14 @@ Execution schemes compared side by side:
 * ``lerobot`` — LeRobot's async defaults: ``weighted`` merge with 0.3 old /
   0.7 new on overlapping steps, a new request when fewer than half a chunk
   remains.
+
+The controller runs with its configured ``max_chunk_age_s``, as on the robot: a
+delay longer than the bound makes every chunk arrive stale, and the controller
+refuses it (counted as the graph counts it, ``chunks_rejected_stale``). Only
+an explicit override (``EvalSettings.max_chunk_age_s``, ``vla-edge eval
+--max-chunk-age-s``) changes the bound, and the JSON records it with every
+controller and safety setting the episodes ran with, and the share of ticks in
+which the safety node limited the command.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from vla_edge.config.models import DEFAULT_NOISE_SCALE, ControllerConfig, SafetyConfig
 from vla_edge.core.errors import ConfigError
@@ -56,6 +65,8 @@ class EvalSettings:
     sequencer: bool = False
     """Give a long-horizon task one sub-task's instruction at a time, the next when the
     previous one succeeds (the re-planning path); otherwise its whole instruction at once."""
+    max_chunk_age_s: float | None = None
+    """Override of the controller's ``max_chunk_age_s`` (``None``: the configured bound)."""
     success_check_period_s: float = 0.1
     settle_s: float = 0.3
     video_fps: float = 10.0
@@ -73,6 +84,10 @@ class EvalSettings:
             raise ConfigError(f"noise_scale = {self.noise_scale}: expected 0 <= noise_scale <= 4")
         if self.replan_steps < 1:
             raise ConfigError(f"replan_steps = {self.replan_steps}: must be >= 1")
+        if self.max_chunk_age_s is not None and not self.max_chunk_age_s > 0.0:
+            raise ConfigError(
+                f"max_chunk_age_s = {self.max_chunk_age_s}: must be > 0 (None: as configured)"
+            )
 
 
 @dataclass
@@ -97,6 +112,9 @@ class EpisodeResult:
     safety_counters: dict[str, int] = field(default_factory=dict)
     controller_counters: dict[str, int] = field(default_factory=dict)
     inference_ms: list[float] = field(default_factory=list)
+    chunk_horizon: int | None = None
+    """The policy's chunk length (with ``dt_action_s``: the controller configuration it ran)."""
+    dt_action_s: float | None = None
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -118,14 +136,22 @@ def scheme_merge(settings: EvalSettings) -> str:
 def controller_config_for(
     base: ControllerConfig, settings: EvalSettings, horizon: int, dt_action_s: float
 ) -> ControllerConfig:
-    """The controller configuration a scheme implies."""
+    """The controller configuration a scheme implies (validated).
+
+    ``max_chunk_age_s`` stays the configured one unless ``settings`` overrides it:
+    a delay beyond it makes the chunks stale, as on the robot.
+
+    Raises:
+        ConfigError: the resulting configuration is invalid (e.g. an override of
+            ``max_chunk_age_s`` not below ``observation_timeout_s``).
+    """
     update: dict[str, Any] = {
         "chunk_horizon": horizon,
         "dt_action_s": dt_action_s,
         "expected_inference_delay_s": settings.delay_s,
-        # Virtual-time delays are exact; the bound must admit the configured delay.
-        "max_chunk_age_s": max(base.max_chunk_age_s, settings.delay_s + 2 * dt_action_s),
     }
+    if settings.max_chunk_age_s is not None:
+        update["max_chunk_age_s"] = settings.max_chunk_age_s
     update["merge"] = scheme_merge(settings)
     if settings.scheme == "sync":
         update["bridge_duration_s"] = 0.0
@@ -134,7 +160,11 @@ def controller_config_for(
         update["bridge_duration_s"] = 0.0  # LeRobot blends without a bridge
         update["infer_trigger"] = "threshold"
         update["threshold_fraction"] = 0.5
-    return base.model_copy(update=update)
+    try:
+        return ControllerConfig.model_validate({**base.model_dump(), **update})
+    except ValidationError as exc:
+        changed = ", ".join(f"{k} = {v!r}" for k, v in update.items())
+        raise ConfigError(f"controller configuration of the evaluation ({changed}): {exc}") from exc
 
 
 def _boundary_jump(commands: list[np.ndarray], tick_index: int, period_s: float) -> float:
@@ -245,6 +275,8 @@ def run_episode(
         safety_counters=dict(loop.safety.counters),
         controller_counters=dict(controller.core.counters) if controller is not None else {},
         inference_ms=loop.inference_wall_ms,
+        chunk_horizon=int(spec.chunk_horizon),
+        dt_action_s=float(spec.dt_action_s),
     )
 
 
@@ -344,7 +376,17 @@ def evaluate(
     }
     runner.close()
     merge = scheme_merge(settings)
-    return summarize(by_task, settings, controller_base, merge, policy_name, suite, seed, episodes)
+    return summarize(
+        by_task,
+        settings,
+        controller_base,
+        merge,
+        policy_name,
+        suite,
+        seed,
+        episodes,
+        safety_config=safety_config,
+    )
 
 
 def summarize(
@@ -356,8 +398,16 @@ def summarize(
     suite: str,
     seed: int,
     episodes: int,
+    safety_config: SafetyConfig | None = None,
 ) -> dict[str, Any]:
-    """The eval JSON dict of per-task episode results (tasks in ``by_task`` order)."""
+    """The eval JSON dict of per-task episode results (tasks in ``by_task`` order).
+
+    ``settings`` in it holds the full controller configuration the episodes ran
+    with (``controller_base`` as the scheme changed it) and ``safety_config``;
+    ``limited_ticks_share`` (overall and per task) is the share of control ticks
+    in which the safety node changed the command (every episode is nominal: no
+    fault is injected).
+    """
     per_task: dict[str, Any] = {}
     all_results: list[EpisodeResult] = []
     for name, results in by_task.items():
@@ -382,6 +432,8 @@ def summarize(
             "max_switch_boundary_velocity_jump": max(
                 (r.switch_boundary_velocity_jump for r in results), default=0.0
             ),
+            "limited_ticks_share": limited_share(results),
+            "chunks_rejected_stale": _controller_total(results, "rejected_stale"),
         }
         all_results.extend(results)
     safety_totals: dict[str, int] = {}
@@ -393,6 +445,7 @@ def summarize(
             controller_totals[k] = controller_totals.get(k, 0) + int(v)
     inference = [ms for r in all_results for ms in r.inference_ms]
     rates = [v["success_rate"] for v in per_task.values()]
+    ran = ran_controller_config(all_results, settings, controller_base)
     return {
         "suite": suite,
         "policy": policy_name,
@@ -405,6 +458,12 @@ def summarize(
             "max_boundary_velocity_jump": max(
                 (r.max_boundary_velocity_jump for r in all_results), default=0.0
             ),
+            "limited_ticks": safety_totals.get("limited_ticks", 0),
+            "ticks": safety_totals.get("ticks", 0),
+            "limited_ticks_share": limited_share(all_results),
+            "chunks_accepted": controller_totals.get("accepted", 0),
+            "chunks_rejected": controller_totals.get("rejected", 0),
+            "chunks_rejected_stale": controller_totals.get("rejected_stale", 0),
             "supervisor": safety_totals,
             "controller": controller_totals,
         },
@@ -422,7 +481,35 @@ def summarize(
             "noise_scale": settings.noise_scale,
             "episodes_per_task": episodes,
             "seed": seed,
-            "controller_rate_hz": controller_base.rate_hz,
+            "controller_rate_hz": ran.rate_hz,
+            "max_chunk_age_s": ran.max_chunk_age_s,
+            "max_chunk_age_override_s": settings.max_chunk_age_s,
+            "command_limit_margin": ran.command_limit_margin,
             "virtual_time": True,
+            "controller": ran.model_dump(mode="json"),
+            "safety": safety_config.model_dump(mode="json") if safety_config is not None else None,
         },
     }
+
+
+def limited_share(results: Sequence[EpisodeResult]) -> float:
+    """Share of control ticks in which the safety node changed the command."""
+    ticks = sum(int(r.safety_counters.get("ticks", 0)) for r in results)
+    limited = sum(int(r.safety_counters.get("limited_ticks", 0)) for r in results)
+    return limited / ticks if ticks else 0.0
+
+
+def _controller_total(results: Sequence[EpisodeResult], key: str) -> int:
+    return sum(int(r.controller_counters.get(key, 0)) for r in results)
+
+
+def ran_controller_config(
+    results: Sequence[EpisodeResult], settings: EvalSettings, controller_base: ControllerConfig
+) -> ControllerConfig:
+    """The controller configuration the episodes ran with (the policy's chunk from a result)."""
+    horizon, dt_s = controller_base.chunk_horizon, controller_base.dt_action_s
+    for r in results:
+        if r.chunk_horizon is not None and r.dt_action_s is not None:
+            horizon, dt_s = r.chunk_horizon, r.dt_action_s
+            break
+    return controller_config_for(controller_base, settings, horizon, dt_s)
