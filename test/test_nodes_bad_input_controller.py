@@ -11,6 +11,7 @@ import numpy as np
 
 from vla_edge.config.models import ControllerConfig
 from vla_edge.control.controller import Controller
+from vla_edge.control.homing import Homing, load_homing_limits
 from vla_edge.control.watchdog import Watchdog
 from vla_edge.core.types import ActionChunk
 from vla_edge.nodes.controller_node import ControllerNode
@@ -35,6 +36,7 @@ def _node():
         _accepted_once=False,
         _now_s=lambda: NOW_S,
         get_logger=lambda: SimpleNamespace(warning=lambda _: None),
+        homing=Homing(load_homing_limits(config), 0.01, config.joint_names, 0.02, 2.0),
     )
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from vla_edge.config.models import ControllerConfig
 from vla_edge.control.controller import Controller
+from vla_edge.control.homing import Homing, load_homing_limits
 from vla_edge.control.watchdog import Watchdog
 from vla_edge.nodes.controller_node import ControllerNode
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
@@ -65,6 +66,7 @@ def _node():
         loop=SimpleNamespace(scheduler="SCHED_FIFO 80", missed_deadlines=0),
         process_scheduler="SCHED_FIFO 79",
         loop_errors=0,
+        homing=Homing(load_homing_limits(config), 0.01, config.joint_names, 0.02, 2.0),
     )
     node._status_locked = lambda now_s: ControllerNode._status_locked(node, now_s)
     return node, seen
@@ -108,6 +110,7 @@ def test_a_change_of_stop_category_is_published_at_once_and_only_once():
     node.diag_pub = SimpleNamespace(publish=published.append)
     node._now_s = lambda: clock["now_s"]
     node._published_category = "none"
+    node._published_homing = "idle"
     node.status = lambda now_s: ControllerNode.status(node, now_s)
     node._publish_diagnostics = lambda: ControllerNode._publish_diagnostics(node)
     poll = lambda: ControllerNode._publish_on_stop_change(node)  # noqa: E731

@@ -122,10 +122,13 @@ def test_controller_node_resolves_its_topics_in_the_namespace():
     with started(spec, ControllerNode, ControllerNode.close) as node:
         assert_in_namespace(node)
         assert names(node) == {
-            "publishers": ns(g.TOPIC_CONTROLLER_COMMAND, g.TOPIC_CONTROLLER_PLAN)
+            "publishers": ns(g.TOPIC_CONTROLLER_COMMAND, g.TOPIC_CONTROLLER_PLAN, g.TOPIC_HOMED)
             | {"/diagnostics"},
-            "subscriptions": ns(g.TOPIC_JOINT_STATES, g.TOPIC_ACTION_CHUNK),
-            "services": set(),
+            "subscriptions": ns(
+                g.TOPIC_JOINT_STATES, g.TOPIC_ACTION_CHUNK, g.TOPIC_HOME_POSE, g.TOPIC_ESTOP
+            )
+            | {"/diagnostics"},  # the safety node's status (homing refused under its stop)
+            "services": ns(g.SERVICE_CONTROLLER_HOME),
             "clients": set(),
         }
         assert node.config == ControllerConfig.model_validate(spec.file_parameters())
@@ -169,12 +172,14 @@ def test_sim_node_resolves_its_topics_and_private_reset_in_the_namespace():
                 g.TOPIC_SIM_STATE,
                 g.TOPIC_TASK_SUCCESS,
                 g.TOPIC_INSTRUCTION,
+                g.TOPIC_HOME_POSE,
             )
             | {"/diagnostics"},
-            "subscriptions": ns(g.TOPIC_JOINT_COMMANDS),
+            "subscriptions": ns(g.TOPIC_JOINT_COMMANDS, g.TOPIC_HOMED),
             # the private ~/reset, which the rest of the namespace calls sim_node/reset
             "services": ns(g.SERVICE_SIM_RESET),
-            "clients": set(),
+            # the controller's ~/home, which a reset calls first (home_on_reset)
+            "clients": ns(g.SERVICE_CONTROLLER_HOME),
         }
 
 

@@ -6,8 +6,8 @@ the safety node passes commands through, the expert completes the task, bad
 input is counted without a crash or a command, the e-stop latches mid-motion
 and a reset does not move the arm by itself, and killing the inference process
 ends in a controlled hold within the watchdog bound. The later scenarios reset
-the scene (``/sim_node/reset`` re-places the objects; the arm stays) to get the
-arm moving again.
+the scene (``/sim_node/reset`` homes the arm through the controller and the safety
+node, then re-places the objects) to get the arm moving again.
 """
 
 import contextlib
@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK = "pick_red_block_into_bowl"
 CONTROLLER = load_node_params(ROOT / "config/controller.yaml", "controller_node", ControllerConfig)
 UP_TIMEOUT_S = 60.0
+RESET_TIMEOUT_S = 20.0
+"""The sim reset homes the arm first (the sim's home_timeout_s is 15 s), then re-places."""
 
 
 class Probe:
@@ -321,7 +323,7 @@ def test_estop_latches_and_reset_does_not_move_the_arm_by_itself(ros_graph):
     processes, probe = ros_graph
     from std_msgs.msg import Bool
 
-    reply = probe.call(probe.sim_reset)  # objects back to their initial poses: work to do again
+    reply = probe.call(probe.sim_reset, RESET_TIMEOUT_S)  # homed, objects re-placed: work again
     assert reply.success, reply.message
     assert wait_for(lambda: not _at_rest(probe, probe.safe, 0.3, tol=1e-3), 10.0)
     time.sleep(0.5)  # well into the motion
@@ -362,7 +364,7 @@ def test_estop_latches_and_reset_does_not_move_the_arm_by_itself(ros_graph):
 
 def test_killing_inference_leads_to_a_controlled_hold_within_the_watchdog_bound(ros_graph):
     processes, probe = ros_graph
-    reply = probe.call(probe.sim_reset)  # objects back to their initial poses: work to do again
+    reply = probe.call(probe.sim_reset, RESET_TIMEOUT_S)  # homed, objects re-placed: work again
     assert reply.success, reply.message
     assert wait_for(lambda: not _at_rest(probe, probe.unsafe, 0.3, tol=1e-3), 10.0)
     time.sleep(0.5)  # well into the motion

@@ -19,12 +19,17 @@ names carry it, see :func:`diagnostic_name`).
 * ``action_chunk``: ``trajectory_msgs/JointTrajectory`` (inference -> controller)
 * ``controller/command``: ``std_msgs/Float64MultiArray``, UNSAFE (controller -> safety)
 * ``joint_commands``: ``std_msgs/Float64MultiArray``, safe (safety -> sim/robot)
-* ``estop``: ``std_msgs/Bool`` (operator -> safety)
+* ``estop``: ``std_msgs/Bool`` (operator -> safety, controller)
 * ``safety/reset``: ``std_srvs/Trigger`` service (operator -> safety)
 * ``sim_node/reset``: ``std_srvs/Trigger`` service, the sim node's ``~/reset`` (operator -> sim)
+* ``controller_node/home``: ``std_srvs/Trigger`` service, the controller's ``~/home`` (operator,
+  sim -> controller)
+* ``home_pose``: ``sensor_msgs/JointState``, transient-local (sim/operator -> controller)
+* ``homed``: ``std_msgs/Bool``, transient-local (controller -> sim/operator)
 * ``task_success``: ``std_msgs/Bool``, transient-local (sim -> monitor)
 * ``sim/state``: ``std_msgs/Float64MultiArray`` (sim -> inference running the expert)
-* ``/diagnostics``: ``diagnostic_msgs/DiagnosticArray`` (every node -> monitor)
+* ``/diagnostics``: ``diagnostic_msgs/DiagnosticArray`` (every node -> monitor; the
+  safety node's status also -> controller, which refuses to home under its stop)
 
 ``controller/plan`` is also the inference request: the controller publishes
 it whenever its trigger (``infer_trigger``) asks for a chunk, carrying its
@@ -59,6 +64,8 @@ TOPIC_JOINT_COMMANDS = "joint_commands"
 TOPIC_ESTOP = "estop"
 TOPIC_TASK_SUCCESS = "task_success"
 TOPIC_SIM_STATE = "sim/state"
+TOPIC_HOME_POSE = "home_pose"
+TOPIC_HOMED = "homed"
 TOPIC_DIAGNOSTICS = "/diagnostics"
 DIAGNOSTICS_PERIOD_S = 1.0
 """Every node publishes its ``/diagnostics`` status this often (the fault suite's
@@ -68,6 +75,7 @@ SERVICE_SAFETY_RESET = "safety/reset"
 # private_in_namespace(node, name), e.g. SERVICE_SIM_RESET (``sim_node/reset``).
 PRIVATE_RESET = "~/reset"
 PRIVATE_ARM = "~/arm"
+PRIVATE_HOME = "~/home"
 # ros2_control's forward command controller, in the robot's (the graph's) namespace.
 HIL_COMMAND_TOPIC = "forward_position_controller/commands"
 # The fault injector sits between a producer remapped to ``<topic>_raw`` and the consumer.
@@ -230,6 +238,7 @@ SAFETY_NODE = NodeSpec(
 
 HIL_PARAMS = "config/hil_jetson.yaml"
 SERVICE_SIM_RESET = private_in_namespace(SIM_NODE.name, PRIVATE_RESET)
+SERVICE_CONTROLLER_HOME = private_in_namespace(CONTROLLER_NODE.name, PRIVATE_HOME)
 
 
 def graph(profile: str, namespace: str = "") -> tuple[NodeSpec, ...]:
@@ -342,6 +351,7 @@ class QoS:
 QOS_STREAM = QoS(10)  # joint states, chunks, commands, plans, diagnostics
 QOS_NEWEST_IMAGE = QoS(1)  # the inference node keeps only the newest frame
 QOS_LATCHED = QoS(1, transient_local=True)  # a late subscriber gets the last value
+QOS_LATCHED_EVENTS = QoS(10, transient_local=True)  # latched, and no change coalesced
 
 
 @dataclass(frozen=True)
@@ -374,6 +384,7 @@ _TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 _ARRAY = "std_msgs/msg/Float64MultiArray"
 _DIAGNOSTICS = "diagnostic_msgs/msg/DiagnosticArray"
 _TRIGGER = "std_srvs/srv/Trigger"
+_BOOL = "std_msgs/msg/Bool"
 
 
 def _diagnostics(node: str) -> Port:
@@ -399,7 +410,12 @@ PORTS: tuple[Port, ...] = (
     Port("sim_node", "subscribes", TOPIC_JOINT_COMMANDS, _ARRAY, QOS_STREAM,
          "safe joint-position command (the safety node's output)"),
     Port("sim_node", "serves", SERVICE_SIM_RESET, _TRIGGER, None,
-         "reset to task / init_state_id (the node's ~/reset)"),
+         "reset to task / init_state_id (the node's ~/reset); with home_on_reset it first "
+         "homes the arm to the scene's initial pose through controller_node/home"),
+    Port("sim_node", "publishes", TOPIC_HOME_POSE, _JOINT_STATE, QOS_LATCHED,
+         "the initial arm pose of the scene a reset goes to (home_on_reset)"),
+    Port("sim_node", "subscribes", TOPIC_HOMED, _BOOL, QOS_LATCHED_EVENTS,
+         "the controller's homed; a reset waits for it (home_on_reset)"),
     Port("inference_node", "subscribes", f"camera/{CAMERA_PLACEHOLDER}/image_raw", _IMAGE,
          QOS_NEWEST_IMAGE, "each configured camera; only the newest frame is kept"),
     Port("inference_node", "subscribes", TOPIC_JOINT_STATES, _JOINT_STATE, QOS_STREAM,
@@ -421,6 +437,16 @@ PORTS: tuple[Port, ...] = (
          "UNSAFE joint-position command at rate_hz (the safety node filters it)"),
     Port("controller_node", "publishes", TOPIC_CONTROLLER_PLAN, _TRAJECTORY, QOS_STREAM,
          "inference request when the trigger asks; remaining plan with the prefix merge"),
+    Port("controller_node", "serves", SERVICE_CONTROLLER_HOME, _TRIGGER, None,
+         "move to the home pose (limited minimum-jerk trajectory); refused under a stop"),
+    Port("controller_node", "subscribes", TOPIC_HOME_POSE, _JOINT_STATE, QOS_LATCHED,
+         "the pose ~/home moves to (else home_positions)"),
+    Port("controller_node", "publishes", TOPIC_HOMED, _BOOL, QOS_LATCHED,
+         "true once the arm is within home_tolerance of the home pose, until a chunk moves it"),
+    Port("controller_node", "subscribes", TOPIC_ESTOP, _BOOL, QOS_STREAM,
+         "a press refuses (and aborts) homing until the safety node reports the latch cleared"),
+    Port("controller_node", "subscribes", TOPIC_DIAGNOSTICS, _DIAGNOSTICS, QOS_STREAM,
+         "the safety node's status: homing is refused under its category-1/0 stop"),
     _diagnostics("controller_node"),
     Port("safety_node", "subscribes", TOPIC_CONTROLLER_COMMAND, _ARRAY, QOS_STREAM,
          "the command to filter"),

@@ -10,11 +10,22 @@
   (transient-local); the names are relative (:mod:`vla_edge.nodes.graph`);
 * takes the SAFE position command ``joint_commands`` (``Float64MultiArray``,
   as a ros2_control forward-command controller would);
-* ``~/reset`` (``std_srvs/Trigger``) re-places the objects of the task and
-  initial state named by the ``task`` / ``init_state_id`` parameters (the only
-  writable ones: ``ros2 param set`` them, then reset). The arm stays where it
-  is (a real arm cannot jump), so the rest of the graph keeps a consistent
-  view; the full initial state (arm included) is applied once at start.
+* ``~/reset`` (``std_srvs/Trigger``) resets to the task and initial state
+  named by the ``task`` / ``init_state_id`` parameters (the only writable
+  ones: ``ros2 param set`` them, then reset). With ``home_on_reset`` (the
+  default) it first homes the arm, as an operator would: it publishes the
+  scene's initial arm pose (:func:`vla_edge.sim.tasks.initial_joint_positions`,
+  where the evaluator starts) on ``home_pose`` (transient-local), waits until
+  the subscribers have it, calls the controller's ``controller_node/home`` and
+  waits for ``homed`` (``false`` when the homing starts, then ``true``) for at
+  most ``home_timeout_s``; a refusal, a homing that ends short of the pose
+  (``false`` again) or the timeout fails the reset with the reason.
+  All of it awaits in the executor (an ``async`` callback in a callback group of
+  its own), so commands keep arriving while the arm moves. Then it re-places
+  the objects. The arm is never teleported (a real arm cannot jump), so the
+  rest of the graph keeps a consistent view; the full initial state (arm
+  included) is applied once at start. ``home_on_reset: false`` (a sim without
+  a controller) re-places the objects only.
 
 ``suite``, ``task`` and ``init_state_id`` are checked by the sim
 (:func:`vla_edge.sim.tasks.check_task`): at start a bad value stops the node
@@ -28,11 +39,15 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Future
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Bool, Float64MultiArray, String
 from std_srvs.srv import Trigger
@@ -54,7 +69,7 @@ from vla_edge.nodes.lifecycle import run_node, steady_timer
 from vla_edge.nodes.metrics import BadInputCounter
 from vla_edge.nodes.params import declare_config
 from vla_edge.nodes.sim_state import SimStateSnapshot, encode_sim_state
-from vla_edge.sim.tasks import InstructionSchedule, check_task
+from vla_edge.sim.tasks import InstructionSchedule, check_task, initial_joint_positions
 
 DIAGNOSTIC_NAME = "vla_edge/sim"
 # Parameters read again on each ``~/reset`` (writable); the others are read at start.
@@ -64,6 +79,10 @@ MAX_CATCH_UP_STEPS = 10
 RESET_TIMEOUT_S = 5.0
 # The first reset also makes the renderer's GL context: allow it longer.
 STARTUP_RESET_TIMEOUT_S = 30.0
+# How long ~/reset waits for the controller's home service to be there (home_on_reset).
+HOME_SERVICE_WAIT_S = 2.0
+# Poll period of ~/reset's waits for the home pose's delivery and the home service.
+HOME_POLL_S = 0.02
 
 
 class SimStartupError(VlaEdgeError):
@@ -79,6 +98,27 @@ class _ResetRequest:
         self.keep_arm = keep_arm
         self.done = threading.Event()
         self.error: str | None = None
+
+
+class _HomedWaiter:
+    """The end of the homing a reset asked for, from ``homed``.
+
+    The controller publishes ``false`` when it starts a homing, then ``true``
+    (homed) or ``false`` again (aborted or failed). A ``true`` latched from an
+    earlier homing comes before the first ``false`` and counts for nothing.
+    """
+
+    def __init__(self) -> None:
+        self.future: Future[bool] = Future()
+        self.saw_false = False
+
+    def on_homed(self, homed: bool) -> None:
+        if self.future.done():
+            return
+        if self.saw_false:
+            self.future.set_result(homed)
+        elif not homed:
+            self.saw_false = True
 
 
 class SimNode(Node):
@@ -132,7 +172,23 @@ class SimNode(Node):
         self.create_subscription(
             Float64MultiArray, graph.TOPIC_JOINT_COMMANDS, self._on_command, qos
         )
-        self.create_service(Trigger, graph.PRIVATE_RESET, self._on_reset)
+        # ~/reset awaits the homing: its own callback group, so that the commands, the
+        # controller's answer and homed keep coming in the default one meanwhile
+        self.create_service(
+            Trigger,
+            graph.PRIVATE_RESET,
+            self._on_reset_request,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )
+        self.home_pose_pub = self.create_publisher(JointState, graph.TOPIC_HOME_POSE, latched)
+        homed_qos = QoSProfile(
+            depth=10,  # a quick false, true pair is not coalesced into the true
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        self.create_subscription(Bool, graph.TOPIC_HOMED, self._on_homed, homed_qos)
+        self.home_client = self.create_client(Trigger, graph.SERVICE_CONTROLLER_HOME)
+        self._homed_waiter: _HomedWaiter | None = None
 
         # The stepping loop (the robot's hardware loop) runs on its own thread;
         # ``self.lock`` serialises it with the callbacks that touch the env.
@@ -208,6 +264,96 @@ class SimNode(Node):
         model = self.env.model
         names = [*self.joint_names[:-1], "finger_left", "finger_right"]
         return np.array([int(model.joint(n).qposadr[0]) for n in names])
+
+    async def _on_reset_request(
+        self, request: Trigger.Request, response: Trigger.Response
+    ) -> Trigger.Response:
+        """``~/reset``: home the arm first (``home_on_reset``), then :meth:`_on_reset`."""
+        if self.config.home_on_reset:
+            task = str(self.get_parameter("task").value)
+            init_state_id = int(self.get_parameter("init_state_id").value)
+            try:
+                check_task(self.config.suite, task, init_state_id)
+            except VlaEdgeError:
+                return self._on_reset(request, response)  # refuses and counts it
+            why = await self._home_arm(task, init_state_id)
+            if why is not None:
+                response.success = False
+                response.message = f"reset not done: {why}"
+                self.get_logger().warning(response.message)
+                return response
+        return self._on_reset(request, response)
+
+    async def _home_arm(self, task: str, init_state_id: int) -> str | None:
+        """Home the arm to the initial pose of ``task`` #``init_state_id``; ``None``, or why not."""
+        timeout_s = self.config.home_timeout_s
+        deadline_s = time.monotonic() + timeout_s
+        service = graph.SERVICE_CONTROLLER_HOME
+        pose = initial_joint_positions(task, init_state_id)
+        self.home_pose_pub.publish(positions_to_joint_state(self.joint_names, pose, self._now_s()))
+        # the controller must hold the new pose before it is asked to home to it
+        while not self.home_pose_pub.wait_for_all_acked(Duration(seconds=0)):
+            if time.monotonic() > deadline_s:
+                return (
+                    f"the home pose on {graph.TOPIC_HOME_POSE} was not delivered in {timeout_s} s"
+                )
+            await self._sleep(HOME_POLL_S)
+        service_deadline_s = min(deadline_s, time.monotonic() + HOME_SERVICE_WAIT_S)
+        while not self.home_client.service_is_ready():
+            if time.monotonic() > service_deadline_s:
+                return (
+                    f"no {service} service (no controller) within {HOME_SERVICE_WAIT_S} s; "
+                    "home_on_reset: false resets a sim without a controller"
+                )
+            await self._sleep(HOME_POLL_S)
+        waiter = _HomedWaiter()
+        self._homed_waiter = waiter
+        try:
+            reply_future = self.home_client.call_async(Trigger.Request())
+            if not await self._wait(reply_future, deadline_s - time.monotonic()):
+                self.home_client.remove_pending_request(reply_future)
+                return f"{service} did not answer within {timeout_s} s"
+            reply = reply_future.result()
+            if reply is None or not reply.success:
+                return f"{service}: {'no reply' if reply is None else reply.message}"
+            if not await self._wait(waiter.future, deadline_s - time.monotonic()):
+                return (
+                    f"HomingTimeout: no {graph.TOPIC_HOMED} from the controller within "
+                    f"{timeout_s} s (home_timeout_s; its /diagnostics homing.last_result says why)"
+                )
+            if not waiter.future.result():
+                return (
+                    "HomingFailed: the controller's homing ended short of the home pose "
+                    "(aborted or not settled: its /diagnostics homing.last_result says why)"
+                )
+        finally:
+            self._homed_waiter = None
+        self.get_logger().info(f"homed to the initial pose of {task!r} #{init_state_id}")
+        return None
+
+    def _on_homed(self, msg: Bool) -> None:
+        waiter = self._homed_waiter
+        if waiter is not None:
+            waiter.on_homed(bool(msg.data))
+
+    async def _sleep(self, seconds: float) -> None:
+        """Let the executor run for ``seconds`` (from an ``async`` callback)."""
+        await self._wait(Future(), seconds)
+
+    async def _wait(self, future: Future[Any], timeout_s: float) -> bool:
+        """Await ``future`` for at most ``timeout_s`` without blocking the executor; done?"""
+        gate: Future[bool] = Future()
+
+        def finish(done: bool) -> None:
+            if not gate.done():
+                gate.set_result(done)
+
+        future.add_done_callback(lambda _: finish(True))
+        timer = steady_timer(self, max(timeout_s, 1e-3), lambda: finish(False))
+        try:
+            return bool(await gate)
+        finally:
+            self.destroy_timer(timer)
 
     def _on_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         """Reset to the ``task`` / ``init_state_id`` parameters; refuse a scene the sim lacks."""

@@ -550,3 +550,20 @@ def init_state(task_name: str, init_state_id: int, split: Split = "eval") -> Ini
     arm = HOME_ARM_QPOS_RAD + rng.uniform(-ARM_JITTER_RAD, ARM_JITTER_RAD, size=6)
     scene = SceneState(positions, quats, layout["target"].copy())
     return InitState(scene=scene, arm_qpos_rad=arm, layout_seed=seed)
+
+
+def initial_joint_positions(
+    task_name: str, init_state_id: int, split: Split = "eval"
+) -> np.ndarray:
+    """``[7]`` joint positions of initial state ``init_state_id``: the arm (rad), the gripper (m).
+
+    Where :meth:`TabletopEnv.reset` puts the arm, in the order of its
+    ``joint_names``: the sim node's home pose for the scene, so that graph
+    episodes start where the evaluator's do.
+
+    Raises:
+        UnknownTaskError: unknown ``task_name``.
+        InitStateOutOfRangeError: ``init_state_id`` outside ``[0, N)`` for the split.
+    """
+    state = init_state(task_name, init_state_id, split)
+    return np.concatenate([state.arm_qpos_rad, [state.gripper_m]])
