@@ -42,9 +42,11 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/vla-edge demo
 
+# lint-imports: which layer of vla_edge/ may import which (the contract in .importlinter)
 lint: $(STAMP)
 	$(BIN)/ruff check vla_edge test launch setup.py
 	$(BIN)/ruff format --check vla_edge test launch setup.py
+	$(BIN)/lint-imports --config .importlinter --no-cache
 
 format: $(STAMP)
 	$(BIN)/ruff format vla_edge test launch setup.py

@@ -97,7 +97,7 @@ def test_a_small_pi0_exported_one_stage_per_process_is_fed_or_held(tmp_path, dom
 @pytest.mark.parametrize("arch", ["pi0", "pi05"])
 def test_the_openpi_checkpoint_imports_with_home_statistics(tmp_path, arch) -> None:
     from vla_edge.archs.common import ImportOptions
-    from vla_edge.archs.import_cli import default_robot, import_checkpoint
+    from vla_edge.archs.importer import default_robot, import_checkpoint
     from vla_edge.archs.pi0.checkpoint import load_pi0_weights
     from vla_edge.archs.pi0.model import Pi0Model
 

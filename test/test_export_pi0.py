@@ -580,7 +580,7 @@ def write_openpi_checkpoint(root: Path, model: Pi0Model) -> Path:
 def policy_dir(tokenizer, tmp_path_factory) -> Path:
     """A tiny π0 written in openpi's layout and imported onto the tabletop arm."""
     from vla_edge.archs.common import ImportOptions
-    from vla_edge.archs.import_cli import default_robot, import_checkpoint
+    from vla_edge.archs.importer import default_robot, import_checkpoint
     from vla_edge.archs.pi0.config import GemmaSize
 
     torch.manual_seed(1)
@@ -659,7 +659,7 @@ def test_vla_edge_export_policy_runs_an_imported_policy_directory(
 
 def test_low_memory_is_for_a_policy_dir_and_a_failed_stage_process_is_named(tmp_path) -> None:
     from vla_edge.cli import main
-    from vla_edge.export.pi0_stage_process import export_in_processes
+    from vla_edge.export.pi0 import export_in_processes
     from vla_edge.export.quant_recipes import resolve_recipe
 
     argv = ["export", "--backend", "onnx", "--out", str(tmp_path / "x"), "--low-memory"]

@@ -721,7 +721,7 @@ def test_vla_edge_export_policy_runs_an_imported_smolvla_directory(tokenizer, tm
     from test_import_smolvla import radian_stats, write_lerobot
 
     from vla_edge.archs.common import ImportOptions
-    from vla_edge.archs.import_cli import default_robot, import_checkpoint
+    from vla_edge.archs.importer import default_robot, import_checkpoint
     from vla_edge.archs.policy_dir import load_policy_dir
     from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
     from vla_edge.cli import main
@@ -794,7 +794,7 @@ def test_the_smolvla_exporter_refuses_another_architectures_policy_dir(tmp_path)
     from test_export_pi0 import train_tokenizer, write_openpi_checkpoint
 
     from vla_edge.archs.common import ImportOptions
-    from vla_edge.archs.import_cli import default_robot, import_checkpoint
+    from vla_edge.archs.importer import default_robot, import_checkpoint
     from vla_edge.archs.pi0 import Pi0Config, Pi0Model
     from vla_edge.archs.pi0.config import GemmaSize
     from vla_edge.export.smolvla import export_policy_dir

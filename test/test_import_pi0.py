@@ -17,7 +17,7 @@ from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import load_file, save_file
 
 from vla_edge.archs import common as common_module
-from vla_edge.archs.import_cli import Robot, default_robot, import_checkpoint
+from vla_edge.archs.importer import Robot, default_robot, import_checkpoint
 from vla_edge.archs.pi0 import GemmaSize, Pi0Config, Pi0Model
 from vla_edge.archs.pi0 import checkpoint as ckpt_module
 from vla_edge.archs.pi0.checkpoint import (

@@ -21,7 +21,7 @@ from vla_edge.actions.space import JointCalibration
 from vla_edge.archs import common as common_module
 from vla_edge.archs import registry
 from vla_edge.archs.common import ImportOptions, compare_keys
-from vla_edge.archs.import_cli import Robot, default_robot, import_checkpoint
+from vla_edge.archs.importer import Robot, default_robot, import_checkpoint
 from vla_edge.archs.policy_dir import FORMAT, load_policy_dir
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel, SmolVLMTextSize
 from vla_edge.archs.smolvla import checkpoint as ckpt_module

@@ -18,7 +18,7 @@ import yaml
 from test_import_pi0 import randomised, run_import, tiny, train_tokenizer, write_openpi
 
 from vla_edge.archs.common import ImportOptions
-from vla_edge.archs.import_cli import Robot, default_robot, import_checkpoint
+from vla_edge.archs.importer import Robot, default_robot, import_checkpoint
 from vla_edge.archs.policy_dir import POLICY_FILE, load_policy_dir
 from vla_edge.core.errors import ActionSpaceError, StateSpaceError
 
@@ -144,7 +144,7 @@ def test_eef_pose_on_a_robot_without_its_kinematics_is_refused(
 
 def own_robot_model(root: Path) -> Path:
     """The tabletop arm's MJCF outside the package, its end-effector site named ``tool0``."""
-    from vla_edge.sim.paths import scene_xml_path
+    from vla_edge.config.paths import scene_xml_path
 
     text = scene_xml_path("tabletop").read_text()
     assert text.count('site name="ee"') == 1

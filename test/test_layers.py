@@ -1,60 +1,20 @@
-"""The package's layers point one way: the import graph matches the architecture.
+"""The package root imports no layer; only nodes, bench and the commands import ROS.
 
-Every module under ``vla_edge/`` is parsed with ``ast``; every import counts,
-at module level or inside a function (a lazy import is still a dependency).
-Modules group into layers: the top-level subpackages, plus ``cli`` for the
-command front ends (``vla_edge/cli.py``, ``vla_edge/demo.py`` and each
-subpackage's ``cli.py`` / ``*_cli.py``), which wire the layers together and so
-may import any of them. Only nodes, bench and the commands import ROS.
+What the layers contract does not say; the layers themselves (which layer may import
+which, no circle) are ``.importlinter``'s contract, checked by ``make lint`` and
+``test_layers_contract.py``. Every module under ``vla_edge/`` is parsed with ``ast``;
+every import counts, at module level or inside a function (a lazy import is still a
+dependency).
 """
 
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import vla_edge
 
 PACKAGE_DIR = Path(vla_edge.__file__).parent
-
-# Every ROS-free layer (the cores the nodes adapt).
-CORES = {
-    *("core", "config", "control", "safety", "inference"),
-    *("policy", "archs", "actions", "export", "runners", "sim", "faults"),
-}
-
-# layer -> the layers it may import (besides itself). Read top to bottom: each
-# layer builds only on the ones above it.
-ALLOWED: dict[str, set[str]] = {
-    "core": set(),  # plain data types and errors: numpy only
-    "config": {"core"},
-    "control": {"core", "config"},
-    "safety": {"core", "config"},  # nothing else: it holds the robot if all else dies
-    "inference": {"core", "config"},
-    "policy": {"core", "config"},
-    # third-party architectures (π0, π0.5, SmolVLA) as torch stages, and their checkpoint layouts
-    "archs": {"core", "config", "policy"},
-    # a policy's action space turned into joint-position targets (kinematics with MuJoCo)
-    "actions": {"core", "config"},
-    "export": {"core", "config", "policy", "archs"},
-    "runners": {"core", "config", "policy", "archs", "actions", "export"},
-    # a sweep exports a checkpoint once per backend and quantisation recipe
-    "sim": {
-        *("core", "config", "control", "safety", "policy", "actions", "runners", "inference"),
-        "export",
-    },
-    # ROS-free: never nodes or bench (the ROS-level fault suite is nodes/fault_suite.py)
-    "faults": {"core", "config", "control", "safety", "inference", "actions", "runners", "sim"},
-    "nodes": CORES,  # thin adapters from ROS messages to the cores
-    # benchmarks and the command front ends wire everything together
-    "bench": CORES | {"nodes", "cli"},
-    "cli": CORES | {"nodes", "bench"},
-}
-
-# (importing module, imported module): edges that break the table today, each
-# named with its reason. Remove an entry when its import goes.
-KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def module_name(path: Path) -> str:
@@ -65,13 +25,7 @@ def module_name(path: Path) -> str:
 def layer_of(module: str) -> str | None:
     """The layer of a ``vla_edge`` module (``None`` for the package root)."""
     parts = module.split(".")
-    if len(parts) == 1:
-        return None
-    if parts[1] in ("cli", "demo"):
-        return "cli"
-    if len(parts) >= 3 and (parts[-1] == "cli" or parts[-1].endswith("_cli")):
-        return "cli"
-    return parts[1]
+    return parts[1] if len(parts) > 1 else None
 
 
 def imported_modules(path: Path, module: str) -> list[tuple[int, str]]:
@@ -110,27 +64,6 @@ def import_edges() -> list[tuple[str, str, str]]:
     return [edge for edge in all_imports() if edge[1].split(".")[0] == "vla_edge"]
 
 
-def layer_graph() -> dict[tuple[str, str], list[str]]:
-    """``(layer, imported layer) -> where`` for every import across layers."""
-    graph: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for module, target, where in import_edges():
-        if (module, target) in KNOWN_EXCEPTIONS:
-            continue
-        src, dst = layer_of(module), layer_of(target)
-        if src is None or dst is None or src == dst:
-            continue
-        graph[(src, dst)].append(f"{where} imports {target}")
-    return graph
-
-
-def test_every_subpackage_and_module_has_a_row_in_the_table() -> None:
-    layers = {p.parent.name for p in PACKAGE_DIR.glob("*/__init__.py")}
-    layers |= {layer_of(module_name(p)) for p in PACKAGE_DIR.glob("*.py")} - {None}
-    assert layers <= set(ALLOWED), f"add a row for {sorted(layers - set(ALLOWED))}"
-    for layer, allowed in ALLOWED.items():
-        assert allowed <= set(ALLOWED), f"{layer}: unknown layers {sorted(allowed - set(ALLOWED))}"
-
-
 def test_the_parser_sees_lazy_and_module_level_imports() -> None:
     edges = {(module, target) for module, target, _ in import_edges()}
     assert len({module for module, _ in edges}) > 80
@@ -138,52 +71,11 @@ def test_the_parser_sees_lazy_and_module_level_imports() -> None:
     assert ("vla_edge.runners.exported", "vla_edge.runners.programs") in edges
     # inside a function
     assert ("vla_edge.runners.programs", "vla_edge.runners.onnx_program") in edges
-    assert ("vla_edge.faults.cli", "vla_edge.nodes.fault_suite") in edges
-
-
-def test_known_exceptions_name_real_imports() -> None:
-    edges = {(module, target) for module, target, _ in import_edges()}
-    missing = sorted(KNOWN_EXCEPTIONS - edges)
-    assert not missing, f"remove these known exceptions, the imports are gone: {missing}"
+    assert ("vla_edge.cli.faults", "vla_edge.nodes.fault_suite") in edges
 
 
 def test_the_package_root_imports_no_layer() -> None:
     assert [where for module, _, where in import_edges() if module == "vla_edge"] == []
-
-
-def test_every_import_across_layers_is_allowed_by_the_table() -> None:
-    violations = [
-        f"{src} -> {dst}: {site}"
-        for (src, dst), sites in sorted(layer_graph().items())
-        if dst not in ALLOWED[src]
-        for site in sites
-    ]
-    assert not violations, "imports against the layer table:\n" + "\n".join(violations)
-
-
-def reachable(start: str, edges: set[tuple[str, str]]) -> set[str]:
-    """Layers ``start`` imports, directly or through others."""
-    seen: set[str] = set()
-    todo = [start]
-    while todo:
-        layer = todo.pop()
-        for src, dst in edges:
-            if src == layer and dst not in seen:
-                seen.add(dst)
-                todo.append(dst)
-    return seen
-
-
-def test_the_layers_have_no_import_cycle() -> None:
-    graph = layer_graph()
-    edges = set(graph)
-    # src -> dst closes a cycle when dst leads back to src
-    on_cycle = [
-        f"{src} -> {dst}: {graph[(src, dst)][0]}"
-        for src, dst in sorted(edges)
-        if src in reachable(dst, edges)
-    ]
-    assert not on_cycle, "layers importing each other:\n" + "\n".join(on_cycle)
 
 
 ROS_LAYERS = {"nodes", "bench", "cli"}

@@ -16,11 +16,12 @@ import websockets.sync.client as ws_client
 from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from openpi_fixtures import SPEC, ImageStatePolicy, expected_actions, make_observation
 
+from vla_edge.cli.serve import add_arguments
 from vla_edge.core.errors import ProtocolError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.openpi_adapter import observation_to_request
 from vla_edge.runners.openpi_protocol import ProtocolLimits, pack, unpack
-from vla_edge.runners.openpi_server import PolicyServer, add_arguments
+from vla_edge.runners.openpi_server import PolicyServer
 
 # openpi_client connects without websockets' context manager; that is its business.
 pytestmark = pytest.mark.filterwarnings("ignore:connect\\(\\) must be used:DeprecationWarning")

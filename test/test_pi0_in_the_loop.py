@@ -34,10 +34,11 @@ from test_openpi_torch_runner import _libero_camera
 
 from vla_edge.actions import Kinematics, StateAdapter, StateSpace
 from vla_edge.archs.common import ImportOptions
-from vla_edge.archs.import_cli import default_robot, import_checkpoint
+from vla_edge.archs.importer import default_robot, import_checkpoint
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model
 from vla_edge.archs.pi0.config import GemmaSize
 from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.config.paths import scene_xml_path
 from vla_edge.core.errors import ActionSpaceError, NonFiniteChunkError, RemoteRunnerError
 from vla_edge.core.types import Observation
 from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
@@ -50,7 +51,6 @@ from vla_edge.runners.remote import RemoteRunner
 from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
 from vla_edge.sim.evaluator import EvalSettings, run_episode
 from vla_edge.sim.ik import ARM_JOINTS
-from vla_edge.sim.paths import scene_xml_path
 from vla_edge.sim.tasks import HOME_ARM_QPOS_RAD, get_task
 
 pytestmark = [

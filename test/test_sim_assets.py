@@ -5,10 +5,10 @@ from pathlib import Path
 import mujoco
 import pytest
 
+from vla_edge.config import paths
 from vla_edge.config.loader import load_node_params
 from vla_edge.config.models import SafetyConfig, SimConfig
 from vla_edge.core.errors import AssetNotFoundError
-from vla_edge.sim import paths
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,10 +12,10 @@ from scipy.spatial.transform import Rotation
 from vla_edge.actions import Kinematics, StateAdapter, StateSpace
 from vla_edge.actions.rotations import quat_wxyz_to_axis_angle
 from vla_edge.actions.state import EEF_POSE_NAMES
+from vla_edge.config.paths import scene_xml_path
 from vla_edge.core.errors import ConfigError, InvalidObservationError, StateSpaceError
 from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
 from vla_edge.sim.ik import ARM_JOINTS
-from vla_edge.sim.paths import scene_xml_path
 from vla_edge.sim.tasks import HOME_ARM_QPOS_RAD
 
 # -- the schema -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The policy directory: an imported third-party policy, ready for the exporter and the runners.
 
-``vla-edge import`` (:mod:`vla_edge.archs.import_cli`) writes it; :func:`load_policy_dir`
+``vla-edge import`` (:mod:`vla_edge.cli.import_policy`) writes it; :func:`load_policy_dir`
 reads and validates it::
 
     DIR/policy.yaml         format vla_edge.policy.v1 (below)

@@ -401,7 +401,7 @@ def achieved(result: dict[str, Any], flops: dict[str, int]) -> dict[str, Any]:
 
 def parity(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any]:
     """``vla-edge bench parity``'s metrics of the padded actions ``[cases, H, D]``."""
-    from vla_edge.bench.parity import compare
+    from vla_edge.bench.parity_metrics import compare
 
     return compare(reference, candidate, reference, candidate)
 
@@ -539,7 +539,7 @@ def summarize(models: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace, parity_only: bool = False) -> int:
     """Write the JSON of ``bench latency --arch`` (or ``bench parity --arch``)."""
     from vla_edge.bench.arch_models import ARCHS, SIZES
-    from vla_edge.bench.latency import machine_info
+    from vla_edge.bench.machine import machine_info
 
     started = time.time()
     if args.arch not in ARCHS or args.size not in SIZES:

@@ -387,7 +387,7 @@ def import_options(args: argparse.Namespace, config: Any) -> Any:
 
 def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str], None]) -> Path:
     """Steps 1-3: checkpoint, policy directory, export (kept with ``--reuse``); the export."""
-    from vla_edge.archs.import_cli import default_robot, import_checkpoint
+    from vla_edge.archs.importer import default_robot, import_checkpoint
     from vla_edge.export.quant_recipes import resolve_recipe
 
     work = args.work_dir

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the JSON."""
     import ray
 
-    from vla_edge.bench.latency import machine_info
+    from vla_edge.bench.machine import machine_info
     from vla_edge.sim.episodes import (
         Episode,
         EvalJob,

@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from vla_edge.bench import arch_latency
+from vla_edge.bench.parity_metrics import compare
 from vla_edge.core.errors import VlaEdgeError
-from vla_edge.runners.parity import compare_chunks
 
 PAIRS = ("onnx_fp32", "executorch_fp32", "executorch_8da4w")
 TARGET_RMS_PCT = {"fp32": 0.1, "8da4w": 5.0}
@@ -71,23 +71,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backend", default="torch,onnx,executorch", help="with --arch: backends compared"
     )
     arch_latency.add_arguments(parser)
-
-
-# ---------------------------------------------------------------- metrics
-def compare(
-    reference: np.ndarray, candidate: np.ndarray, reference_rel: np.ndarray, cand_rel: np.ndarray
-) -> dict[str, Any]:
-    """Parity metrics of chunks ``[N, H, A]`` (absolute and in the model's representation)."""
-    a = reference_rel.reshape(reference_rel.shape[0], -1)
-    b = cand_rel.reshape(cand_rel.shape[0], -1)
-    cos = np.sum(a * b, axis=1) / np.maximum(
-        np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12
-    )
-    return {
-        **compare_chunks(reference, candidate),
-        "cosine": float(np.mean(cos)),
-        "cosine_min": float(np.min(cos)),
-    }
 
 
 def _run_all(runner: Any, cases: list[dict[str, Any]]) -> tuple[np.ndarray, float]:

@@ -266,7 +266,7 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every variant (see the module docstring) and return the report."""
     import torch
 
-    from vla_edge.bench.latency import machine_info
+    from vla_edge.bench.machine import machine_info
     from vla_edge.export.stages import policy_stages
     from vla_edge.policy.model import load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path

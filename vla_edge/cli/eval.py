@@ -1,4 +1,9 @@
-"""``vla-edge eval``: closed-loop evaluation of a policy on the tabletop suite."""
+"""``vla-edge eval``: closed-loop evaluation of a policy on the tabletop suite.
+
+In virtual time (the default: :mod:`vla_edge.sim.episodes` runs the episodes through the
+controller and safety cores), through the real ROS 2 graph in real time (``--graph``:
+:mod:`vla_edge.bench.graph_eval`), or two results side by side (``--compare A B``).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from vla_edge.sim.episodes import (
     open_store,
     pool_from_args,
     run_episodes,
+    summarize_records,
 )
 from vla_edge.sim.evaluator import EvalSettings
 
@@ -41,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", nargs="*", default=None, help="subset of tasks (default: all)")
     parser.add_argument("--list-tasks", action="store_true", help="print one task name per line")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="simulated inference delay")
+    parser.add_argument(
+        "--max-chunk-age-s",
+        type=float,
+        default=None,
+        help="override the controller's max_chunk_age_s (recorded in the JSON); default: the "
+        "configured bound, so a longer delay makes every chunk stale, as on the robot",
+    )
     parser.add_argument(
         "--merge", default=None, choices=["replace", "weighted", "ensemble", "prefix"]
     )
@@ -94,6 +107,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="skip the episodes the store already holds"
     )
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="run the same episodes through the real ROS 2 graph (vla-edge launch's processes, "
+        "real time, DDS), homing the arm between them; the JSON adds the graph's figures",
+    )
+    parser.add_argument(
+        "--log-dir",
+        type=Path,
+        default=Path("out/eval_graph/logs"),
+        help="with --graph: each node's log",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A.json", "B.json"),
+        default=None,
+        help="print two evaluation JSONs (virtual time or --graph) side by side per task, "
+        "with Wilson intervals; runs nothing",
+    )
 
 
 def job_from_args(args: argparse.Namespace) -> EvalJob:
@@ -113,6 +146,7 @@ def job_from_args(args: argparse.Namespace) -> EvalJob:
             instructions=args.instructions,
             noise_scale=args.noise_scale,
             sequencer=args.sequencer,
+            max_chunk_age_s=args.max_chunk_age_s,
         ),
         suite=args.suite,
         seed=args.seed,
@@ -136,38 +170,12 @@ def store_path(args: argparse.Namespace) -> Path | None:
     return None
 
 
-def summarize_records(
-    job: EvalJob, names: list[str], episodes: int, records: dict[str, dict[str, Any]]
-) -> dict[str, Any]:
-    """The eval JSON dict of one job's episodes (tasks and init states in order)."""
-    from vla_edge.sim.evaluator import EpisodeResult, scheme_merge, summarize
-
-    by_id = {(r["key"]["task"], r["key"]["init_state_id"]): r for r in records.values()}
-    by_task = {
-        name: [EpisodeResult(**by_id[name, i]["result"]) for i in range(episodes)] for name in names
-    }
-    settings = job.settings
-    controller, _ = job.configs()
-    result = summarize(
-        by_task,
-        settings,
-        controller,
-        scheme_merge(settings),
-        job.policy,
-        job.suite,
-        job.seed,
-        episodes,
-    )
-    first = next(iter(records.values()), None)
-    result["settings"]["image_size"] = first["image_size"] if first else None
-    result["settings"]["flow_steps"] = job.flow_steps
-    return result
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation and print / write the JSON."""
     from vla_edge.sim.tasks import check_task, list_tasks
 
+    if args.compare:
+        return compare_files(*args.compare)
     if args.list_tasks:
         for name in list_tasks(args.suite):
             print(name)
@@ -193,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
     names = args.tasks or list_tasks(args.suite)
     for name in names:
         check_task(args.suite, name, 0)
+    if args.graph:
+        return run_graph(args, job, names)
     path = store_path(args)
     if args.resume and path is None:
         raise ConfigError("--resume needs the store: pass --store or --json")
@@ -217,9 +227,51 @@ def run(args: argparse.Namespace) -> int:
     result["settings"]["store"] = str(path) if path else None
     result["settings"]["workers"] = args.workers
     result["wall_time_s"] = time.perf_counter() - started
+    write_result(args, result)
+    return 0
+
+
+def write_result(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """Print the JSON and write it to ``--json``."""
     text = json.dumps(result, indent=2)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(text + "\n")
     print(text)
+
+
+def run_graph(args: argparse.Namespace, job: EvalJob, names: list[str]) -> int:
+    """``--graph``: the episodes through the real graph (see :mod:`vla_edge.bench.graph_eval`)."""
+    from vla_edge.bench.graph_eval import run_graph_eval
+
+    for flag, value in (("--video", args.video), ("--ray", args.ray), ("--resume", args.resume)):
+        if value:
+            raise ConfigError(f"{flag} is for virtual time; --graph runs one graph in real time")
+    started = time.perf_counter()
+    announce = (lambda _: None) if args.quiet else (lambda line: print(line, flush=True))
+    result = run_graph_eval(job, names, args.episodes, args.log_dir, announce=announce)
+    result["wall_time_s"] = time.perf_counter() - started
+    write_result(args, result)
+    return 0 if result["complete"] else 1
+
+
+def compare_files(path_a: str, path_b: str) -> int:
+    """``--compare``: two evaluation JSONs side by side per task (a Markdown table)."""
+    from vla_edge.bench.graph_eval import compare, compare_table
+
+    runs = []
+    for path in (path_a, path_b):
+        try:
+            runs.append(json.loads(Path(path).read_text()))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--compare {path}: not an evaluation JSON ({exc})") from exc
+        if not isinstance(runs[-1], dict) or "tasks" not in runs[-1]:
+            raise ConfigError(f"--compare {path}: not an evaluation JSON (no 'tasks')")
+    labels = [_label(run, path) for run, path in zip(runs, (path_a, path_b), strict=True)]
+    print(compare_table(compare(*runs), *labels))
     return 0
+
+
+def _label(run: dict[str, Any], path: str) -> str:
+    virtual = run.get("settings", {}).get("virtual_time", True)
+    return f"{Path(path).name} ({'virtual time' if virtual else 'graph'})"

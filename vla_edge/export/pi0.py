@@ -35,7 +35,10 @@ only that stage's weights (:mod:`vla_edge.export.pi0_stage_process`): a full-siz
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -479,6 +482,58 @@ def reference_stages(path: str | Path, flow_steps: int | None = None) -> dict[st
     return {stage.name: stage.module for stage in pi0_stage_programs(model, "onnx")}
 
 
+STAGE_PROCESS = "vla_edge.export.pi0_stage_process"
+"""The module that exports one stage in a process of its own (``low_memory``)."""
+STAGE_ENTRY_SUFFIX = ".entry.json"
+"""A stage process writes its manifest entry to ``<out>/<stage><suffix>``."""
+STAGE_ERROR_LINES = 20
+"""Last lines of a failed stage process's error output quoted in the parent's error."""
+
+
+def export_in_processes(
+    policy: str | Path,
+    out: str | Path,
+    backend: str,
+    recipe: QuantRecipe,
+    flow_steps: int | None,
+    log: Callable[[str], None] = print,
+) -> dict[str, dict[str, Any]]:
+    """Export the three stages one after another, each in a fresh process; their entries.
+
+    Each process runs :data:`STAGE_PROCESS` (``python -m``), which writes the stage's
+    manifest entry to ``out/<stage>.entry.json``.
+
+    Raises:
+        ConfigError: a stage's process failed: its exit status and the end of its error
+            output (a process killed by the kernel, -9, ran out of memory).
+    """
+    from vla_edge.export.pipeline import stage_line
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    entries = {}
+    for stage in STAGE_NAMES:
+        entry_file = out / f"{stage}{STAGE_ENTRY_SUFFIX}"
+        entry_file.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", STAGE_PROCESS, str(policy), str(out), stage, backend]
+        argv.append(recipe.model_dump_json())
+        if flow_steps is not None:
+            argv += ["--flow-steps", str(int(flow_steps))]
+        log(f"{stage}: exporting in its own process ...")
+        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0 or not entry_file.is_file():
+            tail = "\n".join(done.stdout.strip().splitlines()[-STAGE_ERROR_LINES:])
+            killed = " (killed: out of memory?)" if done.returncode == -9 else ""
+            raise ConfigError(
+                f"exporting stage {stage} in its own process failed, exit "
+                f"{done.returncode}{killed}:\n{tail}"
+            )
+        entries[stage] = json.loads(entry_file.read_text())
+        entry_file.unlink()
+        log(stage_line(stage, entries[stage]))
+    return entries
+
+
 def export_policy_dir(
     path: str | Path,
     out_dir: str | Path,
@@ -507,7 +562,7 @@ def export_policy_dir(
             :meth:`~vla_edge.archs.policy_dir.PolicyDir.robot_model`'s, the ones the import
             checked); ignored by the other kinds.
         low_memory: export each stage in a process of its own that reads only that
-            stage's weights (:mod:`vla_edge.export.pi0_stage_process`); the peak is the
+            stage's weights (:func:`export_in_processes`); the peak is the
             largest stage's instead of the whole model's plus a stage's. The programs
             are not run against torch at export time (``check_max_abs`` is null): the
             parity gate of ``vla-edge export --max-parity-pct`` compares them.
@@ -521,8 +576,6 @@ def export_policy_dir(
 
     entries = None
     if low_memory:
-        from vla_edge.export.pi0_stage_process import export_in_processes
-
         recipe = check_backend_quant(backend, quant)
         policy, config = checked_policy(path, flow_steps)
         with torch.device("meta"):

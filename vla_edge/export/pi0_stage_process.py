@@ -3,10 +3,10 @@
 ``python -m vla_edge.export.pi0_stage_process POLICY OUT STAGE BACKEND RECIPE_JSON
 [--flow-steps K]``
 
-:func:`export_in_processes` (``vla-edge export --policy DIR --low-memory``) runs this once
-per stage. The process builds the model without writing its memory
-(:func:`~vla_edge.archs.common.without_default_init`), reads only the stage's tensors from
-the policy directory, exports the stage in place (its module is rewritten and quantised
+:func:`vla_edge.export.pi0.export_in_processes` (``vla-edge export --policy DIR
+--low-memory``) runs this once per stage. The process builds the model without writing its
+memory (:func:`~vla_edge.archs.common.without_default_init`), reads only the stage's tensors
+from the policy directory, exports the stage in place (its module is rewritten and quantised
 without a copy) and writes the stage's manifest entry to ``OUT/<stage>.entry.json``; the
 parent reads it and writes the manifest. The peak is the largest stage's instead of the
 whole model's: a full-size π0 holds 13 GB of fp32 weights, and lowering its fusion
@@ -22,18 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vla_edge.core.errors import ConfigError, VlaEdgeError
+from vla_edge.core.errors import VlaEdgeError
+from vla_edge.export.pi0 import STAGE_ENTRY_SUFFIX, load_policy_model, pi0_stage_programs
 from vla_edge.export.quant_recipes import QuantRecipe
-
-ENTRY_SUFFIX = ".entry.json"
-ERROR_LINES = 20
-"""Last lines of a failed stage process's error output quoted in the parent's error."""
 
 
 def export_one(
@@ -41,7 +36,6 @@ def export_one(
 ) -> dict[str, Any]:
     """Export ``stage`` of the policy directory into ``out``; its manifest entry."""
     from vla_edge.archs.pi0.stages import STAGE_NAMES
-    from vla_edge.export.pi0 import load_policy_model, pi0_stage_programs
     from vla_edge.export.pi0_xnnpack import NOT_DELEGATED_WHY
     from vla_edge.export.pipeline import explain_delegation, export_stage
 
@@ -55,48 +49,6 @@ def export_one(
     entry = export_stage(program, backend, settings, out, check=False, in_place=True)
     explain_delegation(entry, NOT_DELEGATED_WHY if backend == "executorch" else None)
     return entry
-
-
-def export_in_processes(
-    policy: str | Path,
-    out: str | Path,
-    backend: str,
-    recipe: QuantRecipe,
-    flow_steps: int | None,
-    log: Callable[[str], None] = print,
-) -> dict[str, dict[str, Any]]:
-    """Export the three stages one after another, each in a fresh process; their entries.
-
-    Raises:
-        ConfigError: a stage's process failed: its exit status and the end of its error
-            output (a process killed by the kernel, -9, ran out of memory).
-    """
-    from vla_edge.archs.pi0.stages import STAGE_NAMES
-    from vla_edge.export.pipeline import stage_line
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    entries = {}
-    for stage in STAGE_NAMES:
-        entry_file = out / f"{stage}{ENTRY_SUFFIX}"
-        entry_file.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", __name__, str(policy), str(out), stage, backend]
-        argv.append(recipe.model_dump_json())
-        if flow_steps is not None:
-            argv += ["--flow-steps", str(int(flow_steps))]
-        log(f"{stage}: exporting in its own process ...")
-        done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if done.returncode != 0 or not entry_file.is_file():
-            tail = "\n".join(done.stdout.strip().splitlines()[-ERROR_LINES:])
-            killed = " (killed: out of memory?)" if done.returncode == -9 else ""
-            raise ConfigError(
-                f"exporting stage {stage} in its own process failed, exit "
-                f"{done.returncode}{killed}:\n{tail}"
-            )
-        entries[stage] = json.loads(entry_file.read_text())
-        entry_file.unlink()
-        log(stage_line(stage, entries[stage]))
-    return entries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except VlaEdgeError as exc:
         print(f"{args.stage}: {exc}", file=sys.stderr)
         return 2
-    (args.out / f"{args.stage}{ENTRY_SUFFIX}").write_text(json.dumps(entry, indent=1))
+    (args.out / f"{args.stage}{STAGE_ENTRY_SUFFIX}").write_text(json.dumps(entry, indent=1))
     return 0
 
 

@@ -11,6 +11,6 @@
   recovery, pass/fail; :mod:`~vla_edge.faults.plots` — a PNG per scenario.
 * :mod:`~vla_edge.faults.suite` — run a suite in virtual time (the same
   scenarios on the real ROS graph: :mod:`vla_edge.nodes.fault_suite`, since
-  this package imports no ROS); :mod:`~vla_edge.faults.cli` —
+  this package imports no ROS); the command (:mod:`vla_edge.cli.faults`) is
   ``vla-edge faults run [--suite default] [--ros] [--scenarios …] --json OUT [--plots DIR]``.
 """

@@ -1,6 +1,7 @@
-"""``vla-edge train``: fit the policy to recorded demonstrations.
+"""Fit the policy to recorded demonstrations (:func:`train`; ``vla-edge train``).
 
 ``vla-edge train --data DIR --out CKPT [--config YAML [--stage NAME]] [--steps N] [--resume]``
+is the command (:mod:`vla_edge.cli.train`).
 
 * Normalisation statistics come from the training episodes and are saved in
   the checkpoint; a few episodes per task are held out for the validation loss
@@ -26,7 +27,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import math
 import time
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from vla_edge.core.errors import CheckpointError, ConfigError
-from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig, load_train_file
+from vla_edge.core.errors import CheckpointError
+from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig
 from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
 from vla_edge.policy.model import (
     VlaPolicy,
@@ -479,43 +479,3 @@ def train(
         "parameter_counts": policy.parameter_counts(),
         "checkpoint": str(out),
     }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``vla-edge train``."""
-    parser.add_argument("--data", required=True, help="HDF5 file or folder of demonstrations")
-    parser.add_argument("--out", required=True, help="checkpoint file to write (.pt)")
-    parser.add_argument("--config", help="training YAML with 'model:' and 'train:' sections")
-    parser.add_argument(
-        "--stage", help="the stage of a recipe YAML (its 'stages:' entry overrides 'train:')"
-    )
-    parser.add_argument("--steps", type=int, help="override train.steps")
-    parser.add_argument("--resume", action="store_true", help="continue from --out if it exists")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--init-from", help="start from this checkpoint's weights (fresh optimizer and schedule)"
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Entry point of ``vla-edge train``."""
-    if args.stage is not None and not args.config:
-        raise ConfigError(f"--stage {args.stage} needs --config RECIPE.yaml")
-    file_cfg = load_train_file(args.config, args.stage) if args.config else TrainFileConfig()
-    if args.steps is not None:
-        file_cfg.train.steps = args.steps
-    summary = train(
-        args.data,
-        args.out,
-        file_cfg,
-        resume=args.resume,
-        progress=not args.no_progress,
-        init_from=args.init_from,
-    )
-    counts = summary["parameter_counts"]
-    print(
-        f"wrote {summary['checkpoint']} after {summary['steps']} steps in "
-        f"{summary['wall_time_s']:.0f} s; parameters "
-        + ", ".join(f"{k} {v}" for k, v in counts.items())
-    )
-    return 0

@@ -40,12 +40,12 @@ metadata's ``mode``, fixed by the runner: :func:`native_spec_of`):
 larger than ``max_message_bytes`` is never read: the connection is closed with
 code 1009 (message too big), other connections are unaffected. Work is
 bounded: at most ``max_connections`` connections, one request in flight per
-connection, inference on one worker thread under a lock.
+connection, inference on one worker thread under a lock. The command's options are
+:mod:`vla_edge.cli.serve`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import hmac
@@ -78,12 +78,7 @@ from vla_edge.runners.openpi_adapter import (
     camera_key,
     request_to_observation,
 )
-from vla_edge.runners.openpi_protocol import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    ProtocolLimits,
-    pack,
-    unpack,
-)
+from vla_edge.runners.openpi_protocol import ProtocolLimits, pack, unpack
 
 logger = logging.getLogger(__name__)
 
@@ -496,74 +491,3 @@ class PolicyServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-# ----------------------------------------------------------------- the CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``vla-edge serve``."""
-    parser.add_argument(
-        "--policy",
-        required=True,
-        help="what make_runner accepts: 'bundled', a checkpoint file or an export dir",
-    )
-    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
-    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument(
-        "--api-key", default=None, help="require 'Authorization: Api-Key K' on connect"
-    )
-    parser.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=DEFAULT_MAX_MESSAGE_BYTES,
-        help=f"largest accepted request (default {DEFAULT_MAX_MESSAGE_BYTES})",
-    )
-    parser.add_argument(
-        "--max-connections", type=int, default=8, help="most simultaneous clients (default 8)"
-    )
-    parser.add_argument(
-        "--threads", type=int, default=2, help="intra-op threads of the runner (default 2)"
-    )
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        help="where a torch checkpoint or torch export runs: cpu, cuda or cuda:N "
-        "(checked before the server starts)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Serve ``args.policy`` until interrupted; ``/healthz`` is 200 once it is loaded."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    if not 0 <= args.port <= 65535:
-        print(f"--port = {args.port}: must be in [0, 65535]", file=sys.stderr)
-        return 2
-    try:
-        limits = ProtocolLimits(max_message_bytes=args.max_message_bytes)
-    except ProtocolError as exc:
-        print(f"--max-message-bytes: {exc}", file=sys.stderr)
-        return 2
-    try:
-        from vla_edge.runners.factory import make_runner
-    except ModuleNotFoundError as exc:
-        print(f"'serve' needs vla_edge.runners.factory: {exc}", file=sys.stderr)
-        return 2
-    if args.device != "cpu":  # a GPU this machine lacks is refused now, not at the first client
-        from vla_edge.core.errors import ConfigError
-        from vla_edge.runners.torch_device import resolve_device
-
-        try:
-            resolve_device(args.device)
-        except ConfigError as exc:
-            print(f"--device: {exc}", file=sys.stderr)
-            return 2
-    server = PolicyServer(
-        host=args.host,
-        port=args.port,
-        api_key=args.api_key,
-        limits=limits,
-        max_connections=args.max_connections,
-        metadata={"policy": str(args.policy)},
-    )
-    return server.serve_forever(
-        loader=lambda: make_runner(args.policy, threads=args.threads, device=args.device)
-    )

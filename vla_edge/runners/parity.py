@@ -1,17 +1,18 @@
 """An export's chunks against its eager torch stages', on the same observations and noise.
 
 ``vla-edge export --max-parity-pct P`` checks every export it writes with
-:func:`export_parity`: the export's own runner (:class:`ExportedRunner`) and the
-same runner with each stage program replaced by the eager torch module it was
-made from (:class:`EagerStage`) get the same observations and the same explicit
-noise, so the only difference is the programs (lowering and quantisation). The
-figure per joint is the RMS over every chunk and step of (export - eager), in
-percent of that joint's range over the eager chunks, as ``vla-edge bench parity``
-reports it.
+:func:`gate_export` (:func:`export_parity`, then :func:`check_parity`): the export's
+own runner (:class:`ExportedRunner`) and the same runner with each stage program
+replaced by the eager torch module it was made from (:class:`EagerStage`) get the
+same observations and the same explicit noise, so the only difference is the
+programs (lowering and quantisation). The figure per joint is the RMS over every
+chunk and step of (export - eager), in percent of that joint's range over the eager
+chunks, as ``vla-edge bench parity`` reports it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ import numpy as np
 
 from vla_edge.core.errors import ParityGateError
 from vla_edge.core.types import Observation
-from vla_edge.export.manifest import load_manifest
+from vla_edge.export.manifest import MANIFEST_NAME, load_manifest, write_manifest
 
+REFUSED_MANIFEST_NAME = "manifest.refused.json"
+"""What a refused export's manifest is renamed to: no runner loads the directory."""
 MIN_RANGE = 1e-6
 """A joint whose eager chunks span less than this (rad) is compared against this span."""
 
@@ -151,3 +154,45 @@ def check_parity(report: Mapping[str, Any], max_pct: float) -> None:
             f"RMS error in % of range per joint over {report['observations']} observations: "
             f"{every}"
         )
+
+
+def gate_export(
+    path: str | Path,
+    eager: Mapping[str, Any],
+    observations: Sequence[tuple[Observation, np.ndarray]],
+    max_pct: float,
+    source: str,
+    *,
+    threads: int = 2,
+) -> dict[str, Any]:
+    """Compare the export at ``path`` with ``eager``; record the figures or refuse it.
+
+    A passing export's manifest gets the report as its ``parity`` (and a stale
+    ``manifest.refused.json`` goes); a failing one's is renamed ``manifest.refused.json``
+    with the report in it, so no runner loads the directory.
+
+    Args:
+        observations: as :func:`export_parity` takes them.
+        max_pct: the bound of :func:`check_parity`.
+        source: where the observations come from (recorded in the report).
+
+    Returns:
+        The report: ``source``, ``max_parity_pct`` and :func:`export_parity`'s figures.
+
+    Raises:
+        ParityGateError: some joint is over ``max_pct``; the manifest is renamed first.
+    """
+    path = Path(path)
+    data = load_manifest(path).data
+    report = export_parity(path, eager, observations, threads=threads)
+    report = {"source": source, "max_parity_pct": max_pct, **report}
+    try:
+        check_parity(report, max_pct)
+    except ParityGateError:
+        refused = path / REFUSED_MANIFEST_NAME
+        (path / MANIFEST_NAME).rename(refused)
+        refused.write_text(json.dumps({**data, "parity": report}, indent=2))
+        raise
+    write_manifest(path, {**data, "parity": report})
+    (path / REFUSED_MANIFEST_NAME).unlink(missing_ok=True)
+    return report

@@ -14,10 +14,10 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from vla_edge.config.paths import scene_xml_path
 from vla_edge.core.errors import ConfigError, InvalidActionError
 from vla_edge.core.types import Observation
 from vla_edge.sim.ik import ARM_JOINTS
-from vla_edge.sim.paths import scene_xml_path
 from vla_edge.sim.tasks import OBJECTS, Split, Task, get_task, init_state, is_success
 from vla_edge.sim.tasks import SceneState as SceneState
 

@@ -117,6 +117,8 @@ def episode_key(episode: Episode) -> dict[str, Any]:
     del fields["video_fps"]
     if not fields["sequencer"]:  # added later: stores written before it keep their keys
         del fields["sequencer"]
+    if fields["max_chunk_age_s"] is None:  # as configured (the config file's content is keyed)
+        del fields["max_chunk_age_s"]
     return {**fields, "task": episode.task, "init_state_id": episode.init_state_id}
 
 
@@ -500,3 +502,32 @@ def run_episodes(
     finally:
         progress.close()
     return {k: store.records[k] for k in wanted}
+
+
+def summarize_records(
+    job: EvalJob, names: list[str], episodes: int, records: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The eval JSON dict of one job's episodes (tasks and init states in order)."""
+    from vla_edge.sim.evaluator import EpisodeResult, scheme_merge, summarize
+
+    by_id = {(r["key"]["task"], r["key"]["init_state_id"]): r for r in records.values()}
+    by_task = {
+        name: [EpisodeResult(**by_id[name, i]["result"]) for i in range(episodes)] for name in names
+    }
+    settings = job.settings
+    controller, safety = job.configs()
+    result = summarize(
+        by_task,
+        settings,
+        controller,
+        scheme_merge(settings),
+        job.policy,
+        job.suite,
+        job.seed,
+        episodes,
+        safety_config=safety,
+    )
+    first = next(iter(records.values()), None)
+    result["settings"]["image_size"] = first["image_size"] if first else None
+    result["settings"]["flow_steps"] = job.flow_steps
+    return result

@@ -24,7 +24,7 @@ import mujoco
 import numpy as np
 
 from vla_edge.config.models import DEFAULT_DT_ACTION_S
-from vla_edge.sim.env import TabletopEnv
+from vla_edge.sim.base import PrivilegedEnv
 from vla_edge.sim.ik import ArmIK, quat_error, yaw_down_quat
 from vla_edge.sim.tasks import (
     BLOCK_HALF_M,
@@ -146,7 +146,7 @@ class ScriptedExpert:
     """
 
     def __init__(
-        self, env: TabletopEnv, dt_action_s: float = DEFAULT_DT_ACTION_S, horizon: int = 10
+        self, env: PrivilegedEnv, dt_action_s: float = DEFAULT_DT_ACTION_S, horizon: int = 10
     ) -> None:
         self.env = env
         self.dt_action_s = float(dt_action_s)

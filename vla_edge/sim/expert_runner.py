@@ -18,7 +18,7 @@ from vla_edge.core.errors import InvalidObservationError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.runners.base import RunnerSpec
 from vla_edge.runners.preprocess import validate_stamp
-from vla_edge.sim.env import JOINT_NAMES, TabletopEnv
+from vla_edge.sim.base import PrivilegedEnv
 from vla_edge.sim.expert import ScriptedExpert
 
 
@@ -33,14 +33,14 @@ class ExpertRunner:
 
     def __init__(
         self,
-        env: TabletopEnv,
+        env: PrivilegedEnv,
         dt_action_s: float = DEFAULT_DT_ACTION_S,
         chunk_horizon: int = 10,
     ) -> None:
         self.env = env
         self.expert = ScriptedExpert(env, dt_action_s=dt_action_s, horizon=chunk_horizon)
         self.spec = RunnerSpec(
-            joint_names=JOINT_NAMES,
+            joint_names=tuple(env.joint_names),
             chunk_horizon=int(chunk_horizon),
             dt_action_s=float(dt_action_s),
             cameras=tuple(env.cameras),
@@ -63,10 +63,11 @@ class ExpertRunner:
                 ``obs.stamp_s`` is not a finite number.
         """
         state = np.asarray(obs.state, dtype=np.float64)
-        if state.shape != (len(JOINT_NAMES),) or not np.all(np.isfinite(state)):
+        joints = self.spec.joint_names
+        if state.shape != (len(joints),) or not np.all(np.isfinite(state)):
             raise InvalidObservationError(
-                f"obs.state = {state.tolist()} must be {len(JOINT_NAMES)} finite values "
-                f"for {list(JOINT_NAMES)}"
+                f"obs.state = {state.tolist()} must be {len(joints)} finite values "
+                f"for {list(joints)}"
             )
         validate_stamp(obs.stamp_s)
         start = time.perf_counter()

@@ -1,4 +1,6 @@
-"""``vla-edge sweep SPEC.yaml``: a matrix of evaluations in one results store.
+"""A matrix of evaluations in one results store (:func:`run_sweep`; ``vla-edge sweep``).
+
+``vla-edge sweep SPEC.yaml --out OUT`` (:mod:`vla_edge.cli.sweep`) runs the spec.
 
 The spec (``config/sweeps/*.yaml``; every field but ``name`` has a default)::
 
@@ -30,12 +32,10 @@ recipe).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
-import json
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,12 +46,10 @@ from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.sim.episodes import (
     Episode,
     EvalJob,
-    add_pool_arguments,
     check_policies,
     episode_key,
     key_id,
     open_store,
-    pool_from_args,
     run_episodes,
 )
 from vla_edge.sim.evaluator import EvalSettings
@@ -338,33 +336,44 @@ def write_plots(rows: list[dict[str, Any]], out: Path) -> list[str]:
     return written
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the options of ``vla-edge sweep``."""
-    parser.add_argument("spec", help="the sweep's YAML (see config/sweeps/)")
-    parser.add_argument("--out", required=True, type=Path, help="results directory")
-    add_pool_arguments(
-        parser,
-        "local processes (or Ray CPUs)",
-        "run the episodes as Ray tasks: on the cluster at ADDRESS, or a local instance",
-    )
-    parser.add_argument("--resume", action="store_true", help="continue OUT/episodes.jsonl")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+def run_sweep(
+    spec: SweepSpec,
+    out: Path,
+    make_pool: Callable[[], Any],
+    *,
+    resume: bool = False,
+    quiet: bool = False,
+    keep_policies: bool = False,
+    command: str = "vla-edge sweep",
+) -> dict[str, Any]:
+    """Run ``spec`` into ``out``: the store, the tables and the plots; the sweep's report.
 
+    Each checkpoint is exported first where a variant needs it (:func:`ensure_export`) and
+    every policy is loaded once before any episode runs; then every episode the store
+    ``out/episodes.jsonl`` lacks runs on the pool ``make_pool()`` returns (closed at the
+    end).
 
-def run(args: argparse.Namespace) -> int:
-    """Run the sweep; write the store, the tables, the plots and ``sweep.json``."""
+    Args:
+        resume: continue the store ``out`` holds (else one that holds episodes is refused).
+        keep_policies: leave the policies loaded for episodes this process runs itself.
+        command: who says so on stderr (exports, the episodes kept when a run fails).
+
+    Returns:
+        ``spec``, ``rows`` (one per job: its labels and :func:`summarize_job`),
+        ``episodes``, ``store``, ``plots`` and ``pool`` (its name).
+
+    Raises:
+        ResultsStoreError: ``out`` holds episodes and ``resume`` is false.
+        VlaEdgeError: a policy or an episode failed (the store keeps what finished).
+    """
     from vla_edge.sim.tasks import list_tasks
 
-    started = time.perf_counter()
-    if args.workers < 1:
-        raise ConfigError(f"--workers = {args.workers}: must be >= 1")
-    spec = load_spec(args.spec)
-    args.out.mkdir(parents=True, exist_ok=True)
-    store = open_store(args.out / "episodes.jsonl", args.resume)
-    programs = {v: ensure_export(args.out, *v) for v in variants(spec)}
+    out.mkdir(parents=True, exist_ok=True)
+    store = open_store(out / "episodes.jsonl", resume)
+    programs = {v: ensure_export(out, *v, command=command) for v in variants(spec)}
     matrix = jobs(spec, programs)
-    check_policies((e["job"] for e in matrix), keep=args.workers == 1 and args.ray is None)
-    pool = pool_from_args(args)
+    check_policies((e["job"] for e in matrix), keep=keep_policies)
+    pool = make_pool()
     tasks = spec.tasks or list_tasks()
     episodes = [
         Episode(entry["job"], task, i)
@@ -373,9 +382,9 @@ def run(args: argparse.Namespace) -> int:
         for i in range(spec.episodes)
     ]
     try:
-        records = run_episodes(episodes, store, pool, quiet=args.quiet)
+        records = run_episodes(episodes, store, pool, quiet=quiet)
     except VlaEdgeError:
-        print(f"vla-edge sweep: {len(store)} episodes kept: --resume", file=sys.stderr)
+        print(f"{command}: {len(store)} episodes kept: --resume", file=sys.stderr)
         raise
     finally:
         pool.close()
@@ -387,19 +396,13 @@ def run(args: argparse.Namespace) -> int:
             for i in range(spec.episodes)
         ]
         rows.append({**entry["labels"], **summarize_job([records[k] for k in ids])})
-    write_tables(rows, args.out)
-    plots = write_plots(rows, args.out)
-    report = {
+    write_tables(rows, out)
+    plots = write_plots(rows, out)
+    return {
         "spec": spec.model_dump(),
         "rows": rows,
         "episodes": len(episodes),
-        "store": str(args.out / "episodes.jsonl"),
+        "store": str(out / "episodes.jsonl"),
         "plots": plots,
         "pool": pool.name,
-        "workers": args.workers,
-        "wall_s": round(time.perf_counter() - started, 1),
-        "command": " ".join(["vla-edge", *sys.argv[1:]]),
     }
-    (args.out / "sweep.json").write_text(json.dumps(report, indent=2) + "\n")
-    print((args.out / "summary.md").read_text())
-    return 0

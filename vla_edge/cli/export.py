@@ -24,9 +24,11 @@ import``, with the exporter of its architecture (π0, π0.5:
 :func:`vla_edge.export.pi0.export_policy_dir`; SmolVLA:
 :func:`vla_edge.export.smolvla.export_policy_dir`).
 
-A command front end, so it may reach every layer: it hands the export the
-policy path of :mod:`vla_edge.runners.factory` and the calibration frames of
-:mod:`vla_edge.sim.frames`, which the export layer itself does not import.
+The command's front end: it hands the export the policy path of
+:mod:`vla_edge.runners.factory` and the calibration frames of :mod:`vla_edge.sim.frames`
+(which the export layer does not import), and the parity gate
+(:func:`vla_edge.runners.parity.gate_export`) the observations of
+:mod:`vla_edge.sim.frames`.
 """
 
 from __future__ import annotations
@@ -205,7 +207,8 @@ POLICY_EXPORTERS = {
     "pi05": "vla_edge.export.pi0",
     "smolvla": "vla_edge.export.smolvla",
 }
-"""The module whose ``export_policy_dir`` exports each architecture's policy directory."""
+"""The module whose ``export_policy_dir`` exports each architecture's policy directory
+(goes when each architecture registers its exporter itself: issue 48, item 2)."""
 LOW_MEMORY_EXPORTS = ("pi0", "pi05")
 """Architectures whose ``export_policy_dir`` takes ``low_memory`` (``--low-memory``)."""
 
@@ -320,15 +323,11 @@ def _parity_gate(args: argparse.Namespace, eager: Mapping[str, Any]) -> None:
         ParityGateError: some joint is over ``--max-parity-pct``; the manifest is renamed
             ``manifest.refused.json`` first.
     """
-    import json
-
-    from vla_edge.core.errors import ParityGateError
-    from vla_edge.export.manifest import MANIFEST_NAME, load_manifest, write_manifest
-    from vla_edge.runners.parity import check_parity, export_parity
+    from vla_edge.export.manifest import load_manifest
+    from vla_edge.runners.parity import gate_export
     from vla_edge.sim.env import JOINT_NAMES
 
-    manifest = load_manifest(args.out)
-    data = manifest.data
+    data = load_manifest(args.out).data
     cameras, hw = list(data["cameras"]), (int(data["image_height"]), int(data["image_width"]))
     if args.parity_data is not None:
         from vla_edge.sim.frames import recorded_observations
@@ -350,17 +349,9 @@ def _parity_gate(args: argparse.Namespace, eager: Mapping[str, Any]) -> None:
             cameras, hw, int(data["chunk_horizon"]), args.parity_samples
         )
         source = "env:scripted_expert"
-    report = export_parity(args.out, eager, observations, threads=args.threads)
-    report = {"source": source, "max_parity_pct": args.max_parity_pct, **report}
-    try:
-        check_parity(report, args.max_parity_pct)
-    except ParityGateError:
-        refused = args.out / "manifest.refused.json"
-        (args.out / MANIFEST_NAME).rename(refused)
-        refused.write_text(json.dumps({**data, "parity": report}, indent=2))
-        raise
-    write_manifest(args.out, {**data, "parity": report})
-    (args.out / "manifest.refused.json").unlink(missing_ok=True)
+    report = gate_export(
+        args.out, eager, observations, args.max_parity_pct, source, threads=args.threads
+    )
     print(
         f"parity: max {report['rms_pct_of_range_max']:.3g} % of range "
         f"(bound {args.max_parity_pct:g} %) over {report['observations']} observations"

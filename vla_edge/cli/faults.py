@@ -1,8 +1,8 @@
 """``vla-edge faults``: run the fault-injection suite and write the JSON (and PNGs).
 
-A command front end, so it may reach every layer: ``--ros`` imports the ROS-level
-suite from :mod:`vla_edge.nodes.fault_suite` when asked for, the rest of
-:mod:`vla_edge.faults` stays ROS-free.
+The suite runs in virtual time (:func:`vla_edge.faults.suite.run_suite`) or, with
+``--ros``, on the real graph (:func:`vla_edge.nodes.fault_suite.run_ros_suite`, imported
+only then); :mod:`vla_edge.faults` stays ROS-free.
 """
 
 from __future__ import annotations

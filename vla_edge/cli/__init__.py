@@ -1,8 +1,9 @@
 """The ``vla-edge`` command.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> int``; this file only wires them together and imports a module
-when its subcommand is used, so ``vla-edge launch`` never pays for torch.
+``run(args) -> int`` (``vla_edge/cli/<command>.py``: argument parsing, printing and
+wiring; the logic it calls stays in its layer); this file only wires them together and
+imports a module when its subcommand is used, so ``vla-edge launch`` never pays for torch.
 """
 
 from __future__ import annotations
@@ -13,26 +14,26 @@ import sys
 
 # name -> (module, help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("vla_edge.demo", "closed-loop demo with the bundled model"),
-    "collect": ("vla_edge.sim.collect", "record expert demonstrations (HDF5)"),
-    "eval": ("vla_edge.sim.eval_cli", "closed-loop evaluation in virtual time"),
-    "sweep": ("vla_edge.sim.sweep", "a matrix of evaluations, locally or on Ray"),
-    "train": ("vla_edge.policy.train", "train the VLA policy"),
+    "demo": ("vla_edge.cli.demo", "closed-loop demo with the bundled model"),
+    "collect": ("vla_edge.cli.collect", "record expert demonstrations (HDF5)"),
+    "eval": ("vla_edge.cli.eval", "closed-loop evaluation, in virtual time or through the graph"),
+    "sweep": ("vla_edge.cli.sweep", "a matrix of evaluations, locally or on Ray"),
+    "train": ("vla_edge.cli.train", "train the VLA policy"),
     "import": (
-        "vla_edge.archs.import_cli",
+        "vla_edge.cli.import_policy",
         "import a π0 / π0.5 / SmolVLA checkpoint as a policy directory",
     ),
     "export": (
-        "vla_edge.export.cli",
+        "vla_edge.cli.export",
         "export a checkpoint or policy directory to ONNX / ExecuTorch / torch",
     ),
     "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
-    "faults": ("vla_edge.faults.cli", "run the fault-injection suite"),
+    "faults": ("vla_edge.cli.faults", "run the fault-injection suite"),
     "soak": (
         "vla_edge.bench.soak",
         "hours of the sim graph: episodes, instruction switches, mild faults; memory, jitter",
     ),
-    "serve": ("vla_edge.runners.openpi_server", "serve a policy over the openpi protocol"),
+    "serve": ("vla_edge.cli.serve", "serve a policy over the openpi protocol"),
     "report": ("vla_edge.bench.report", "docs/RESULTS.md's tables from their JSONs (--check)"),
 }
 
@@ -108,7 +109,3 @@ def main(argv: list[str] | None = None) -> int:
     except VlaEdgeError as exc:
         print(f"vla-edge {argv[0]}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
