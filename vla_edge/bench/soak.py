@@ -6,7 +6,10 @@ made in ``<out>/exports/`` when missing). Then, until ``--duration``:
 
 * **episodes** back to back: a task of the ``tabletop`` suite and an initial
   state (0..49) drawn from a seeded generator, set on the sim node
-  (``sim_node/set_parameters``) and applied by ``sim_node/reset``; the episode
+  (``sim_node/set_parameters``) and applied by ``sim_node/reset``, which homes
+  the arm to the scene's initial pose through the controller first (so never
+  during an e-stop fault: the next episode waits until the controller has seen
+  the e-stop cleared); the episode
   ends at ``task_success`` (plus a short settle) or at the task's time budget.
   In some episodes (``--switch-probability``) the instruction switches at a
   random time to another task's canonical one (published on ``instruction``);
@@ -46,7 +49,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -73,6 +76,10 @@ QUIET_END_S = 10.0
 RECOVERY_TIMEOUT_S = 60.0
 SERVICE_TIMEOUT_S = 10.0
 RESET_RETRY_S = 2.0
+# The reset homes the arm first, which the controller refuses while the safety node holds
+# an e-stop, and until the safety node's next status (one a DIAGNOSTICS_PERIOD_S) shows
+# it cleared: after an e-stop fault the next reset waits this long.
+ESTOP_CLEAR_SETTLE_S = 1.5 * g.DIAGNOSTICS_PERIOD_S
 N_INIT_STATES = 50
 SPIN_S = 0.05
 MIN_CPU_INTERVAL_S = 1.0
@@ -105,7 +112,12 @@ INFERENCE_KEYS = {
     "errors_total": "errors.total",
     "dropped_frames": "dropped_frames",
 }
-SAFETY_KEYS = {"rejected": "rejected", "brake_ticks": "brake_ticks"}
+SAFETY_KEYS = {
+    "rejected": "rejected",
+    "brake_ticks": "brake_ticks",
+    "ticks": "ticks",
+    "limited_ticks": "limited_ticks",
+}
 # histograms read at every sample: {name: (diagnostic status, node, key prefix)}
 HISTOGRAMS = {
     "controller_jitter": ("vla_edge/controller", "controller_node", "period_jitter_ms_"),
@@ -227,6 +239,25 @@ class EpisodeSpec:
     switch_at_s: float | None = None
     switch_task: str | None = None
     switch_instruction: str | None = None
+
+
+class EpisodeSource(Protocol):
+    """Where the soak takes its next episode from; ``None``: no more (the soak ends)."""
+
+    def next(self) -> EpisodeSpec | None:
+        """The next episode, or ``None``."""
+        ...
+
+
+class ListedEpisodes:
+    """A fixed list of episodes, in order (graph evaluation: the evaluator's episodes)."""
+
+    def __init__(self, specs: Sequence[EpisodeSpec]) -> None:
+        self._specs = list(specs)
+
+    def next(self) -> EpisodeSpec | None:
+        """The next listed episode, ``None`` after the last."""
+        return self._specs.pop(0) if self._specs else None
 
 
 class EpisodePlan:
@@ -602,16 +633,23 @@ class Soak:
         log_dir: Path,
         announce: Callable[[str], None] = print,
         stop: threading.Event | None = None,
+        episodes: EpisodeSource | None = None,
+        device: str | None = None,
     ) -> None:
         self.settings = settings
         self.announce = announce
         self.stop = stop if stop is not None else threading.Event()
-        self.episodes = EpisodePlan(settings.seed, settings.switch_probability, settings.episode_s)
-        self.fault_plan = FaultPlan(settings.faults, settings.fault_every_s, settings.seed)
-        self.first = self.episodes.next()
-        self.graph = SoakGraph(
-            "sim", overrides_for("sim", self.first.task, policy, threads), log_dir=log_dir
+        self.episodes: EpisodeSource = episodes or EpisodePlan(
+            settings.seed, settings.switch_probability, settings.episode_s
         )
+        self.fault_plan = FaultPlan(settings.faults, settings.fault_every_s, settings.seed)
+        first = self.episodes.next()
+        if first is None:
+            raise SoakSettingsError("episodes: the list is empty")
+        self.first = first
+        self.exhausted = False
+        overrides = overrides_for("sim", first.task, policy, threads, device=device)
+        self.graph = SoakGraph("sim", overrides, log_dir=log_dir)
         self.record = SoakRecord()
         self.monitor: SoakMonitor | None = None
         self.t_up: float | None = None
@@ -625,6 +663,7 @@ class Soak:
         # task the sim starts with
         self.spec_pending: EpisodeSpec | None = self.first
         self._chunks_seen_at_undo = 0
+        self._estop_cleared_s: float | None = None
 
     def now_s(self) -> float:
         """Seconds since the graph came up."""
@@ -657,7 +696,11 @@ class Soak:
                 self.record.startup_s = round(time.monotonic() - t_start, 2)
                 self.announce(f"graph up after {self.record.startup_s:.1f} s: soaking")
             next_sample_s = 0.0
-            while not self.stop.is_set() and self.now_s() < self.settings.duration_s:
+            while (
+                not self.stop.is_set()
+                and not self.exhausted
+                and self.now_s() < self.settings.duration_s
+            ):
                 self.monitor.spin_for(SPIN_S)
                 self._check_exits()
                 self._step_fault()
@@ -798,6 +841,7 @@ class Soak:
         self._chunks_seen_at_undo = len(self.monitor.chunk_ages)
         if fault.kind == "estop":
             ok, reply = self.monitor.reset_safety()
+            self._estop_cleared_s = self.now_s()
             self._end_fault(fault, self.now_s(), ok, f"reset: {reply}")
 
     def _await_recovery(self, fault: Fault, now: float) -> None:
@@ -831,7 +875,7 @@ class Soak:
         now = self.now_s()
         episode, spec = self.episode, self.spec
         if episode is None or episode.end is not None:
-            if now >= self.next_reset_s:
+            if now >= self.next_reset_s and not self._estop_holds(now):
                 self._start_episode()
             return
         assert self.monitor is not None and self.t_up is not None and spec is not None
@@ -858,9 +902,20 @@ class Soak:
         elif now - episode.t_start_s >= episode.budget_s:
             self._end_episode("budget")
 
+    def _estop_holds(self, now: float) -> bool:
+        """Whether an e-stop fault, or the status period after its reset, would refuse homing."""
+        fault = self.fault
+        if fault is not None and fault.kind == "estop" and fault.undone_s is None:
+            return True
+        cleared_s = self._estop_cleared_s
+        return cleared_s is not None and now - cleared_s < ESTOP_CLEAR_SETTLE_S
+
     def _start_episode(self) -> None:
         assert self.monitor is not None
         spec = self.spec_pending or self.episodes.next()
+        if spec is None:  # a listed plan has run its last episode
+            self.exhausted = True
+            return
         self.spec_pending = spec
         why = self.monitor.reset_sim(spec.task, spec.init_state_id)
         now = self.now_s()
