@@ -754,6 +754,35 @@ def render_graph(reports: Sequence[Json]) -> str:
     return _table(["measure", "value"], rows)
 
 
+def render_graph_vs_virtual(reports: Sequence[Json]) -> str:
+    """The same episodes in virtual time and through the real graph, per task (Wilson 95 %)."""
+    from vla_edge.bench.graph_eval import compare, compare_table
+
+    virtual, graph = reports
+    table = compare_table(compare(virtual, graph), "virtual time", "graph")
+    g = graph["graph"]
+    age, limited = g["chunk_age_ms"], g["safety_limited_ticks"]
+    rows = [
+        ["chunk age at arrival p50 / p99 (ms)", f"{age['p50']:.0f} / {age['p99']:.0f}"],
+        [
+            "chunks accepted / refused as stale",
+            f"{g['chunks_accepted']:,.0f} / {g['chunks_rejected_stale']:,.0f}",
+        ],
+        ["buffer underruns", f"{g['buffer_underruns']}"],
+        [
+            "controller jitter p99, worst window (ms)",
+            _ms(g["controller_jitter_ms_p99_worst_window"], 2),
+        ],
+        [
+            "ticks the safety node limited: graph / virtual time",
+            f"{100 * limited['share']:.2f} % of {limited['ticks']:,} / "
+            f"{100 * virtual['safety']['limited_ticks_share']:.2f} %",
+        ],
+        ["resets that failed (homing)", f"{len(g['reset_failures'])}"],
+    ]
+    return table + "\n\n" + _table(["graph", "value"], rows)
+
+
 def render_soak(reports: Sequence[Json]) -> str:
     """One ``vla-edge soak``: its goals, then what it ran and what it measured."""
     (run,) = reports
@@ -1271,6 +1300,13 @@ TABLES: tuple[Table, ...] = (
         (_r("launch_sim_expert_600s.json"),),
         "`vla-edge launch sim --duration 600 --json OUT`",
         render_graph,
+    ),
+    Table(
+        "graph_vs_virtual",
+        (_r("eval_bundled_virtual_5.json"), _r("eval_bundled_graph_5.json")),
+        "`vla-edge eval --policy bundled --episodes 5 --workers 2 --json OUT` and the same with "
+        "`--graph --threads 1`",
+        render_graph_vs_virtual,
     ),
     Table(
         "faults",
