@@ -1303,8 +1303,8 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "graph_vs_virtual",
-        (_r("eval_bundled_virtual_5.json"), _r("eval_bundled_graph_5.json")),
-        "`vla-edge eval --policy bundled --episodes 5 --workers 2 --json OUT` and the same with "
+        (_r("eval_bundled_virtual_10.json"), _r("eval_bundled_graph_10.json")),
+        "`vla-edge eval --policy bundled --episodes 10 --workers 2 --json OUT` and the same with "
         "`--graph --threads 1`",
         render_graph_vs_virtual,
     ),
