@@ -45,7 +45,7 @@ from enum import StrEnum
 import numpy as np
 
 from vla_edge.config.models import ControllerConfig, SafetyConfig
-from vla_edge.control.shaping import CommandLimits
+from vla_edge.control.shaping import CommandLimits, load_safety_config
 from vla_edge.core.errors import VlaEdgeError
 from vla_edge.core.stop import StopCategory
 
@@ -135,19 +135,12 @@ def homing_limits_for(config: ControllerConfig, safety: SafetyConfig) -> HomingL
 
 
 def load_homing_limits(config: ControllerConfig) -> HomingLimits:
-    """The bounds from the safety parameter file ``config.safety_params_file`` names.
-
-    The package's ``config/safety.yaml`` when it names none (what the controller
-    node starts with).
+    """The bounds from the safety parameter file (:func:`.shaping.load_safety_config`).
 
     Raises:
         ConfigError: the file is missing, invalid or lacks a joint of the controller.
     """
-    from vla_edge.config.loader import load_node_params
-    from vla_edge.config.paths import config_path
-
-    path = config.safety_params_file or config_path("safety.yaml")
-    return homing_limits_for(config, load_node_params(path, "safety_node", SafetyConfig))
+    return homing_limits_for(config, load_safety_config(config))
 
 
 def check_home_pose(

@@ -134,22 +134,31 @@ def command_limits_for(
     return CommandLimits.from_safety(safety, config.command_limit_margin, config.joint_names)
 
 
-def load_command_limits(config: ControllerConfig) -> CommandLimits | None:
-    """The bounds from the safety parameter file ``config.safety_params_file`` names.
+def load_safety_config(config: ControllerConfig) -> SafetyConfig:
+    """The safety node's configuration from the file ``config.safety_params_file`` names.
 
     The package's ``config/safety.yaml`` when it names none: what the controller
     node starts with.
+
+    Raises:
+        ConfigError: the file is missing or invalid.
+    """
+    from vla_edge.config.loader import load_node_params
+    from vla_edge.config.paths import config_path
+
+    path = config.safety_params_file or config_path("safety.yaml")
+    return load_node_params(path, "safety_node", SafetyConfig)
+
+
+def load_command_limits(config: ControllerConfig) -> CommandLimits | None:
+    """The bounds from the safety parameter file (:func:`load_safety_config`); ``None`` unshaped.
 
     Raises:
         ConfigError: the file is missing or invalid, or lacks a joint of the controller.
     """
     if config.command_limit_margin == 0.0:
         return None
-    from vla_edge.config.loader import load_node_params
-    from vla_edge.config.paths import config_path
-
-    path = config.safety_params_file or config_path("safety.yaml")
-    return command_limits_for(config, load_node_params(path, "safety_node", SafetyConfig))
+    return command_limits_for(config, load_safety_config(config))
 
 
 def _clip(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -65,9 +65,9 @@ from vla_edge.control.homing import (
     MotionState,
     SafetyStopView,
     check_home_pose,
-    load_homing_limits,
+    homing_limits_for,
 )
-from vla_edge.control.shaping import load_command_limits
+from vla_edge.control.shaping import command_limits_for, load_safety_config
 from vla_edge.control.supervision import accept_chunk, joint_states_lost, supervised_step
 from vla_edge.control.watchdog import Watchdog
 from vla_edge.core.errors import ChunkRejectedError, InvalidObservationError
@@ -129,9 +129,12 @@ class ControllerNode(Node):
         self._accepted_once = False
         self._published_category = StopCategory.NONE.value
         # the command keeps inside the safety node's limits (command_limit_margin of them)
-        self.command_limits = load_command_limits(self.config)
+        safety = load_safety_config(self.config)  # read once, for both bounds
+        self.command_limits = (
+            command_limits_for(self.config, safety) if self.config.command_limit_margin else None
+        )
         self.homing = Homing(
-            load_homing_limits(self.config),
+            homing_limits_for(self.config, safety),
             1.0 / self.config.rate_hz,
             self.joint_names,
             self.config.home_tolerance,
