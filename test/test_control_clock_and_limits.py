@@ -135,8 +135,9 @@ def test_shipped_controller_limits_equal_the_safety_limits():
     )
     safety = load_node_params(config_path("safety.yaml"), "safety_node", SafetyConfig)
     assert controller.joint_names == safety.joint_names
-    assert controller.position_min == safety.position_min
-    assert controller.position_max == safety.position_max
+    limits = safety.limit_arrays(controller.joint_names)
+    assert controller.position_min == limits.position_min.tolist()
+    assert controller.position_max == limits.position_max.tolist()
 
 
 def test_stop_ramps_to_a_hold_from_the_current_motion_without_a_jump():

@@ -46,11 +46,12 @@ NAMES = tuple(CONTROLLER.joint_names)
 PERIOD_S = 1.0 / CONTROLLER.rate_hz
 MARGIN = CONTROLLER.home_limit_margin
 LIMITS = homing_limits_for(CONTROLLER, SAFETY)
-LO = np.array(SAFETY.position_min) + np.array(SAFETY.soft_margin)
-HI = np.array(SAFETY.position_max) - np.array(SAFETY.soft_margin)
-VEL = np.array(SAFETY.velocity_limit_per_s)
-ACC = np.minimum(np.array(SAFETY.acceleration_limit_per_s2), SAFETY.deceleration_limit_per_s2)
-JERK = np.array(SAFETY.jerk_limit_per_s3)
+ARRAYS = SAFETY.limit_arrays(CONTROLLER.joint_names)
+LO = ARRAYS.soft_min
+HI = ARRAYS.soft_max
+VEL = ARRAYS.velocity_limit_per_s
+ACC = np.minimum(ARRAYS.acceleration_limit_per_s2, ARRAYS.deceleration_limit_per_s2)
+JERK = ARRAYS.jerk_limit_per_s3
 REL_TOL = 1e-9
 
 
@@ -227,7 +228,7 @@ def test_a_non_finite_home_pose_is_refused_naming_the_joint():
 
 def test_a_home_pose_outside_the_soft_band_is_refused_naming_joint_value_and_bound():
     home = pose([0.5] * 7)
-    home[1] = SAFETY.position_max[1] - 0.01  # inside the hard limit, outside the soft band
+    home[1] = ARRAYS.position_max[1] - 0.01  # inside the hard limit, outside the soft band
     with pytest.raises(HomePoseOutOfLimitsError) as info:
         check_home_pose(home, NAMES, LIMITS.home)
     message = str(info.value)

@@ -101,7 +101,7 @@ def _max_velocity_jump(merge: str, bridge_duration_s: float) -> float:
 
 def test_replace_splice_velocity_jump_stays_within_what_the_limiter_allows() -> None:
     safety = load_node_params("config/safety.yaml", "safety_node", SafetyConfig)
-    allowed = min(safety.acceleration_limit_per_s2[:6]) / safety.rate_hz
+    allowed = min(safety.limit_arrays().acceleration_limit_per_s2[:6]) / safety.rate_hz
     jump = _max_velocity_jump("replace", bridge_duration_s=0.2)
     assert jump <= allowed, f"velocity jump {jump} rad/s per tick > {allowed}"
     # Without the bridge the same splice jumps far beyond the limiter's allowance.
@@ -111,7 +111,7 @@ def test_replace_splice_velocity_jump_stays_within_what_the_limiter_allows() -> 
 @pytest.mark.parametrize("merge", ["weighted", "ensemble"])
 def test_blended_plan_is_joined_from_the_commanded_state(merge: str) -> None:
     safety = load_node_params("config/safety.yaml", "safety_node", SafetyConfig)
-    allowed = min(safety.acceleration_limit_per_s2[:6]) / safety.rate_hz
+    allowed = min(safety.limit_arrays().acceleration_limit_per_s2[:6]) / safety.rate_hz
     jump = _max_velocity_jump(merge, bridge_duration_s=0.2)
     assert jump <= allowed, f"velocity jump {jump} rad/s per tick > {allowed}"
     # Without the bridge (LeRobot's and ACT's way) the same blend jumps.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +27,12 @@ from vla_edge.control.shaping import (
     command_limits_for,
     load_command_limits,
 )
-from vla_edge.core.errors import ChunkRejectedError, ConfigError, NonFiniteChunkError
+from vla_edge.core.errors import (
+    ChunkRejectedError,
+    ConfigError,
+    MissingJointLimitsError,
+    NonFiniteChunkError,
+)
 from vla_edge.core.types import ActionChunk
 from vla_edge.safety.limiter import Limiter
 
@@ -39,8 +45,9 @@ MARGIN = CONTROLLER.command_limit_margin
 LIMITS = command_limits_for(CONTROLLER, SAFETY)
 NAMES = tuple(CONTROLLER.joint_names)
 PERIOD_S = 1.0 / CONTROLLER.rate_hz
-LO = np.array(SAFETY.position_min) + np.array(SAFETY.soft_margin)
-HI = np.array(SAFETY.position_max) - np.array(SAFETY.soft_margin)
+ARRAYS = SAFETY.limit_arrays(CONTROLLER.joint_names)
+LO = ARRAYS.soft_min
+HI = ARRAYS.soft_max
 # the home pose of the tabletop arm, gripper open (at its upper bound)
 START = np.array([0.0, 0.0762, 1.8874, 0.0, 1.1779, 0.0, 0.04])
 REL_TOL = 1e-9
@@ -173,16 +180,16 @@ def test_a_jump_is_joined_within_the_limits_without_overshoot() -> None:
 
 
 def test_the_limits_are_margin_times_the_safety_limits_and_the_acceleration_two_jerk_t() -> None:
-    jerk = np.array(SAFETY.jerk_limit_per_s3)
+    jerk = ARRAYS.jerk_limit_per_s3
     expected = np.minimum.reduce(
         [
-            np.array(SAFETY.acceleration_limit_per_s2),
-            np.array(SAFETY.deceleration_limit_per_s2),
+            ARRAYS.acceleration_limit_per_s2,
+            ARRAYS.deceleration_limit_per_s2,
             2.0 * jerk / SAFETY.rate_hz,
         ]
     )
     np.testing.assert_allclose(LIMITS.acceleration, MARGIN * expected)
-    np.testing.assert_allclose(LIMITS.velocity, MARGIN * np.array(SAFETY.velocity_limit_per_s))
+    np.testing.assert_allclose(LIMITS.velocity, MARGIN * ARRAYS.velocity_limit_per_s)
     np.testing.assert_allclose(LIMITS.jerk, MARGIN * jerk)
     np.testing.assert_allclose(LIMITS.position_lo, LO)
     np.testing.assert_allclose(LIMITS.position_hi, HI)
@@ -191,7 +198,7 @@ def test_the_limits_are_margin_times_the_safety_limits_and_the_acceleration_two_
 def test_limits_follow_the_controllers_joint_order_and_name_a_missing_joint() -> None:
     reordered = CommandLimits.from_safety(SAFETY, 0.5, ["gripper", "joint1"])
     assert reordered.velocity.tolist() == [0.5 * 0.2, 0.5 * 2.0]
-    with pytest.raises(ConfigError, match=r"\['elbow'\]"):
+    with pytest.raises(MissingJointLimitsError, match=r"joints \['elbow'\] have no limits"):
         CommandLimits.from_safety(SAFETY, 0.9, ["joint1", "elbow"])
     with pytest.raises(ConfigError, match="command_limit_margin = 1.5"):
         CommandLimits.from_safety(SAFETY, 1.5, NAMES)
@@ -208,9 +215,11 @@ def test_margin_zero_or_no_safety_configuration_commands_the_plan_unshaped() -> 
 
 def test_the_node_loads_the_limits_from_the_safety_parameter_file_it_names(tmp_path) -> None:
     assert np.array_equal(load_command_limits(CONTROLLER).velocity, LIMITS.velocity)
-    text = (ROOT / "config" / "safety.yaml").read_text()
+    data = yaml.safe_load((ROOT / "config" / "safety.yaml").read_text())
+    for name, joint in data["safety_node"]["ros__parameters"]["joints"].items():
+        joint["velocity_limit_per_s"] = 0.1 if name == "gripper" else 1
     slow = tmp_path / "safety_slow.yaml"
-    slow.write_text(text.replace("[2.0, 2.0, 2.0, 2.5, 2.5, 3.0, 0.2]", "[1, 1, 1, 1, 1, 1, 0.1]"))
+    slow.write_text(yaml.safe_dump(data, sort_keys=False))
     named = CONTROLLER.model_copy(update={"safety_params_file": str(slow)})
     np.testing.assert_allclose(
         load_command_limits(named).velocity, MARGIN * np.array([1] * 6 + [0.1])

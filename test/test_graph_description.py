@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from vla_edge.config import load_node_params
-from vla_edge.config.loader import validate_params
+from vla_edge.config.loader import flatten_parameters, validate_params
 from vla_edge.config.models import ControllerConfig, InferenceConfig, SafetyConfig, SimConfig
 from vla_edge.core.errors import ConfigError
 from vla_edge.nodes import graph as g
@@ -178,7 +178,7 @@ def test_namespaced_process_gets_the_namespace_and_its_file_values_as_parameters
         values = [args[i + 1] for i, arg in enumerate(args) if arg == "-p"]
         section = spec.file_parameters()
         assert section == root_spec.file_parameters() and section
-        for key in section:
+        for key in flatten_parameters(section):  # a mapping as rcl reads it: joints.<name>.<limit>
             assert any(v.startswith(f"{key}:=") for v in values), (spec.name, key)
         # an override replaces the file's value (one -p per parameter)
         assert [v for v in values if v.startswith("rate_hz:=")] == ["rate_hz:=200.0"]
@@ -207,3 +207,17 @@ def test_diagnostic_status_names_carry_the_namespace_only_under_one():
     assert g.diagnostic_name("/", "vla_edge/safety") == "vla_edge/safety"
     assert g.diagnostic_name("/arm1", "vla_edge/safety") == "arm1/vla_edge/safety"
     assert g.diagnostic_name("/lab/arm1", "vla_edge/safety") == "lab/arm1/vla_edge/safety"
+
+
+def test_safety_parameter_table_has_a_row_per_limit_with_each_joints_value():
+    """The README's generated table: ``joints.<joint>.<limit>``, as the node declares them."""
+    from vla_edge.nodes.reference import parameters_table
+
+    rows = parameters_table("safety_node").splitlines()
+    (velocity,) = [r for r in rows if r.startswith("| `joints.<joint>.velocity_limit_per_s`")]
+    assert (
+        "`joint1: 2, joint2: 2, joint3: 2, joint4: 2.5, joint5: 2.5, joint6: 3, gripper: 0.2`"
+        in (velocity)
+    )
+    assert "| (0, ∞) |" in velocity and "velocity limit [rad/s, m/s]" in velocity
+    assert not [r for r in rows if r.startswith("| `joints` ")]

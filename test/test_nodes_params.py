@@ -16,15 +16,17 @@ from rcl_interfaces.srv import DescribeParameters
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 
-from vla_edge.config import load_node_params
+from vla_edge.config import load_node_params, model_to_ros_params
 from vla_edge.config.models import (
+    SAFETY_LIMIT_FIELDS,
     ControllerConfig,
     FaultInjectorParams,
     InferenceConfig,
+    JointLimitsConfig,
     SafetyConfig,
     SimConfig,
 )
-from vla_edge.core.errors import ConfigError
+from vla_edge.core.errors import ConfigError, FlatSafetyLimitsError
 from vla_edge.nodes.params import (
     INT64_MAX,
     config_from_parameters,
@@ -34,8 +36,8 @@ from vla_edge.nodes.params import (
 
 ROOT = Path(__file__).resolve().parents[1]
 SAFETY = load_node_params(ROOT / "config" / "safety.yaml", "safety_node", SafetyConfig)
-# Valid values for the fields without a default.
-REQUIRED = {SafetyConfig: SAFETY.model_dump()}
+# Valid values for the fields without a default (as rcl passes them: joints.<name>.<limit>).
+REQUIRED = {SafetyConfig: model_to_ros_params(SAFETY)}
 # The ROS type each Python annotation must get, written out independently of params.py.
 EXPECTED_TYPES = {
     float: ParameterType.PARAMETER_DOUBLE,
@@ -106,8 +108,64 @@ def test_unknown_parameter_is_refused(make_node):
 
 def test_missing_required_safety_limits_are_refused(make_node):
     node = make_node(_overrides({"rate_hz": 100.0}))
-    with pytest.raises(ConfigError, match="position_min"):
+    with pytest.raises(ConfigError, match="joints = .*Field required"):
         declare_config(node, SafetyConfig)
+
+
+def _parameter_fields(model):
+    """Every parameter ``model``'s node declares and the field it comes from.
+
+    Written out independently of params.py: the safety node's ``joints`` is one
+    parameter per joint of its shipped file and limit, ``joints.<name>.<limit>``.
+    """
+    fields = {name: f for name, f in model.model_fields.items() if name != "joints"}
+    if model is SafetyConfig:
+        for joint in SAFETY.joint_names:
+            for limit in SAFETY_LIMIT_FIELDS:
+                fields[f"joints.{joint}.{limit}"] = JointLimitsConfig.model_fields[limit]
+    return fields
+
+
+def _value(config, name):
+    value = config
+    for part in name.split("."):
+        value = value[part] if isinstance(value, dict) else getattr(value, part)
+    return value
+
+
+def test_safety_limits_from_a_parameter_file_are_declared_per_joint(context):
+    """``--params-file config/safety.yaml`` as ``ros2 run`` passes it: rcl flattens the
+    ``joints`` mapping to ``joints.<name>.<limit>``; each is declared with its descriptor."""
+    node = rclpy.create_node(
+        "safety_node",
+        context=context,
+        cli_args=["--ros-args", "--params-file", str(ROOT / "config" / "safety.yaml")],
+    )
+    try:
+        config = declare_config(node, SafetyConfig)
+        assert config == SAFETY
+        assert node.get_parameter("joints.gripper.position_max").value == 0.04
+        assert node.get_parameter("joints.joint4.velocity_limit_per_s").value == 2.5
+        descriptor = node.describe_parameter("joints.joint1.jerk_limit_per_s3")
+        assert descriptor.description == "jerk limit [rad/s^3, m/s^3]"
+        assert descriptor.additional_constraints == "0.0 < value" and descriptor.read_only
+        (out_of_range,) = node.set_parameters([Parameter("joints.joint1.soft_margin", value=-0.1)])
+        assert not out_of_range.successful
+        assert "joints" not in parameter_dict(node)
+        assert config_from_parameters(node, SafetyConfig) == config
+    finally:
+        node.destroy_node()
+
+
+def test_old_parallel_lists_as_node_parameters_are_refused_with_the_per_joint_form(make_node):
+    old = {"joint_names": ["a", "b"], "position_min": [-1.0, -2.0], "position_max": [1.0, 2.0]}
+    node = make_node(_overrides(old))
+    with pytest.raises(FlatSafetyLimitsError) as info:
+        declare_config(node, SafetyConfig)
+    message = str(info.value)
+    assert message.startswith("node params_test: safety limits as parallel lists")
+    assert "      b:\n        position_min: -2.0\n        position_max: 2.0\n" in message
+    assert not node.has_parameter("position_min")  # refused before anything is declared
 
 
 def test_integer_given_for_a_float_parameter_is_declared_as_a_float(make_node):
@@ -127,8 +185,9 @@ def test_every_field_is_declared_with_the_description_type_and_range_of_its_fiel
         "use_sim_time",
         "start_type_description_service",
     }
-    assert declared == set(model.model_fields)
-    for name, field in model.model_fields.items():
+    fields = _parameter_fields(model)
+    assert declared == set(fields)
+    for name, field in fields.items():
         descriptor = node.describe_parameter(name)
         assert descriptor.description == field.description, name
         assert descriptor.type == _expected_type(field.annotation), name
@@ -139,7 +198,7 @@ def test_every_field_is_declared_with_the_description_type_and_range_of_its_fiel
             for key in ("ge", "gt", "le", "lt")
             if hasattr(item, key)
         }
-        value = getattr(config, name)
+        value = _value(config, name)
         if isinstance(value, list) and not value:  # typed, without a value
             assert node.get_parameters_by_prefix("")[name].type_ == Parameter.Type.NOT_SET
         else:

@@ -16,12 +16,13 @@ CONFIG = load_node_params(
 )
 NAMES = tuple(CONFIG.joint_names)
 PERIOD_S = 1.0 / CONFIG.rate_hz
-LO = np.array(CONFIG.position_min) + np.array(CONFIG.soft_margin)
-HI = np.array(CONFIG.position_max) - np.array(CONFIG.soft_margin)
-VEL = np.array(CONFIG.velocity_limit_per_s)
-ACC = np.array(CONFIG.acceleration_limit_per_s2)
-DEC = np.array(CONFIG.deceleration_limit_per_s2)
-JERK = np.array(CONFIG.jerk_limit_per_s3)
+ARRAYS = CONFIG.limit_arrays()
+LO = ARRAYS.soft_min
+HI = ARRAYS.soft_max
+VEL = ARRAYS.velocity_limit_per_s
+ACC = ARRAYS.acceleration_limit_per_s2
+DEC = ARRAYS.deceleration_limit_per_s2
+JERK = ARRAYS.jerk_limit_per_s3
 REL_TOL = 1e-6
 ABS_TOL = 1e-9
 
@@ -84,7 +85,7 @@ def test_arm_at_full_speed_brakes_in_time_before_the_bound() -> None:
 
 
 def test_start_outside_the_soft_band_moves_inwards_within_limits() -> None:
-    start = np.array(CONFIG.position_max) - 0.01  # inside hard, outside soft
+    start = ARRAYS.position_max - 0.01  # inside hard, outside soft
     start[6] = 0.02
     limiter = Limiter(CONFIG, start)
     outputs = [start] * 3
@@ -135,8 +136,8 @@ tick = st.one_of(
     ),
     st.tuples(st.just("none"), st.just([]), st.just(0.0), st.integers(1, 10), clock_step_s),
 )
-HARD_MIN = np.array(CONFIG.position_min)
-HARD_MAX = np.array(CONFIG.position_max)
+HARD_MIN = ARRAYS.position_min
+HARD_MAX = ARRAYS.position_max
 
 
 def to_positions(values: list) -> np.ndarray:

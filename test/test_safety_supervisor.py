@@ -40,7 +40,12 @@ def run(supervisor: SafetySupervisor, start_s: float, ticks: int, target=TARGET,
 
 def validate(command: JointCommand, now_s: float = 0.0):
     return validate_command(
-        command, NAMES, CONFIG.position_min, CONFIG.position_max, now_s, CONFIG.command_timeout_s
+        command,
+        NAMES,
+        CONFIG.limit_arrays().position_min,
+        CONFIG.limit_arrays().position_max,
+        now_s,
+        CONFIG.command_timeout_s,
     )
 
 

@@ -24,17 +24,19 @@ def safety() -> SafetyConfig:
 
 
 def test_arm_joint_ranges_equal_safety_position_limits(model, safety):
-    for i, name in enumerate(safety.joint_names[:6]):
+    for name in safety.joint_names[:6]:
+        limits = safety.joints[name]
         lo, hi = model.joint(name).range
-        assert (lo, hi) == (safety.position_min[i], safety.position_max[i]), name
+        assert (lo, hi) == (limits.position_min, limits.position_max), name
         act = model.actuator(name)
-        assert tuple(act.ctrlrange) == (safety.position_min[i], safety.position_max[i])
+        assert tuple(act.ctrlrange) == (limits.position_min, limits.position_max)
 
 
 def test_gripper_opening_range_equals_safety_limits(model, safety):
     assert safety.joint_names[6] == "gripper"
     lo, hi = model.tendon_range[model.tendon("gripper").id]
-    assert (lo, hi) == (safety.position_min[6], safety.position_max[6]) == (0.0, 0.04)
+    gripper = safety.joints["gripper"]
+    assert (lo, hi) == (gripper.position_min, gripper.position_max) == (0.0, 0.04)
     assert tuple(model.actuator("gripper").ctrlrange) == (0.0, 0.04)
     # each finger travels half the opening
     for finger in ("finger_left", "finger_right"):

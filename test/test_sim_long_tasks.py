@@ -167,7 +167,11 @@ def test_the_sequencer_sends_each_sub_task_when_the_previous_one_succeeds(env, c
     assert result.instruction_changes == 2
     assert runner.instructions() == [s.instruction for s in subs]
     _, limits = configs
-    assert 0.0 < result.switch_boundary_velocity_jump < min(limits.velocity_limit_per_s)
+    assert (
+        0.0
+        < result.switch_boundary_velocity_jump
+        < limits.limit_arrays().velocity_limit_per_s.min()
+    )
 
 
 @pytest.mark.parametrize("name", list_tasks(SWITCH_SUITE))
@@ -182,7 +186,7 @@ def test_a_switch_episode_changes_the_instruction_at_its_time(env, configs, name
     assert task.switch_at_s <= t_new < task.switch_at_s + 0.5
     assert all(t < task.switch_at_s for t, text in runner.seen if text == first.instruction)
     _, limits = configs
-    assert result.switch_boundary_velocity_jump < min(limits.velocity_limit_per_s)
+    assert result.switch_boundary_velocity_jump < limits.limit_arrays().velocity_limit_per_s.min()
 
 
 def test_eval_runs_a_long_horizon_suite_with_the_sequencer(tmp_path):

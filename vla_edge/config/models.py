@@ -1,15 +1,21 @@
 """Pydantic models for every component.
 
-Units are SI and part of each field name. Per-joint lists follow the order of
-``joint_names``: revolute joints in rad, the gripper (prismatic) in m.
+Units are SI and part of each field name: revolute joints in rad, the gripper
+(prismatic) in m. The controller's per-joint lists follow the order of its
+``joint_names``; the safety limits are keyed per joint (``joints.<name>``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from vla_edge.core.errors import FlatSafetyLimitsError, MissingJointLimitsError
 
 DEFAULT_JOINT_NAMES = ["joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper"]
 
@@ -230,8 +236,87 @@ class ControllerConfig(_Strict):
         return self
 
 
+SAFETY_LIMIT_FIELDS = (
+    "position_min",
+    "position_max",
+    "soft_margin",
+    "velocity_limit_per_s",
+    "acceleration_limit_per_s2",
+    "deceleration_limit_per_s2",
+    "jerk_limit_per_s3",
+)
+"""The limits each joint of the safety configuration has (``joints.<name>.<limit>``)."""
+
+
+class JointLimitsConfig(_Strict):
+    """One joint's limits in the safety configuration: ``joints.<name>`` of ``safety_node``.
+
+    Revolute joints in rad, rad/s, rad/s^2, rad/s^3; the gripper (prismatic) in m.
+    """
+
+    position_min: float = Field(allow_inf_nan=False, description="lower position limit [rad, m]")
+    position_max: float = Field(allow_inf_nan=False, description="upper position limit [rad, m]")
+    soft_margin: float = Field(
+        ge=0.0,
+        allow_inf_nan=False,
+        description="margin inside the position limits the output keeps [rad, m]",
+    )
+    velocity_limit_per_s: float = Field(
+        gt=0.0, allow_inf_nan=False, description="velocity limit [rad/s, m/s]"
+    )
+    acceleration_limit_per_s2: float = Field(
+        gt=0.0, allow_inf_nan=False, description="acceleration limit [rad/s^2, m/s^2]"
+    )
+    deceleration_limit_per_s2: float = Field(
+        gt=0.0, allow_inf_nan=False, description="deceleration (braking) limit [rad/s^2, m/s^2]"
+    )
+    jerk_limit_per_s3: float = Field(
+        gt=0.0, allow_inf_nan=False, description="jerk limit [rad/s^3, m/s^3]"
+    )
+
+    @model_validator(mode="after")
+    def _check_position_range(self) -> JointLimitsConfig:
+        span = self.position_max - self.position_min
+        if not span > 2.0 * self.soft_margin:
+            raise ValueError(
+                f"position_max - position_min = {self.position_max} - ({self.position_min}) "
+                f"= {span} must exceed 2 * soft_margin = {2.0 * self.soft_margin}"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class SafetyLimitArrays:
+    """The safety limits of some joints as arrays, one entry per joint in ``joint_names`` order."""
+
+    joint_names: tuple[str, ...]
+    position_min: np.ndarray
+    position_max: np.ndarray
+    soft_margin: np.ndarray
+    velocity_limit_per_s: np.ndarray
+    acceleration_limit_per_s2: np.ndarray
+    deceleration_limit_per_s2: np.ndarray
+    jerk_limit_per_s3: np.ndarray
+
+    @property
+    def soft_min(self) -> np.ndarray:
+        """``position_min + soft_margin``: the lowest position the output goes to."""
+        return self.position_min + self.soft_margin
+
+    @property
+    def soft_max(self) -> np.ndarray:
+        """``position_max - soft_margin``: the highest position the output goes to."""
+        return self.position_max - self.soft_margin
+
+
 class SafetyConfig(_Strict):
-    """The independent safety layer: per-joint limits, watchdogs, e-stop."""
+    """The independent safety layer: per-joint limits, watchdogs, e-stop.
+
+    The limits are keyed per joint, as ros2_control's joint limits are
+    (``joints.<name>.<limit>`` as ROS parameters); ``joint_names`` gives the
+    order of every command, and each of its joints has exactly one entry in
+    ``joints``. Code that needs arrays takes them from :meth:`limit_arrays`.
+    """
 
     joint_names: list[str] = Field(
         default_factory=lambda: list(DEFAULT_JOINT_NAMES),
@@ -241,19 +326,10 @@ class SafetyConfig(_Strict):
     rate_hz: float = Field(
         100.0, gt=0.0, le=2000.0, description="output rate when commands stop (hold) [Hz]"
     )
-    position_min: list[float] = Field(description="per-joint lower position limit [rad, m]")
-    position_max: list[float] = Field(description="per-joint upper position limit [rad, m]")
-    soft_margin: list[float] = Field(
-        description="per-joint margin inside the position limits the output keeps [rad, m]"
+    joints: dict[str, JointLimitsConfig] = Field(
+        min_length=1,
+        description="limits of each joint of joint_names, keyed by joint name",
     )
-    velocity_limit_per_s: list[float] = Field(description="per-joint velocity limit [rad/s, m/s]")
-    acceleration_limit_per_s2: list[float] = Field(
-        description="per-joint acceleration limit [rad/s^2, m/s^2]"
-    )
-    deceleration_limit_per_s2: list[float] = Field(
-        description="per-joint deceleration (braking) limit [rad/s^2, m/s^2]"
-    )
-    jerk_limit_per_s3: list[float] = Field(description="per-joint jerk limit [rad/s^3, m/s^3]")
     command_timeout_s: float = Field(
         0.1, gt=0.0, le=10.0, description="command silence that is a category-1 stop [s]"
     )
@@ -282,35 +358,101 @@ class SafetyConfig(_Strict):
         description="SCHED_FIFO priority of the safety loop, 0 or refused: default scheduler",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_parallel_lists(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(name in data for name in SAFETY_LIMIT_FIELDS):
+            raise FlatSafetyLimitsError(flat_limits_message(data))
+        return data
+
     @model_validator(mode="after")
-    def _check_per_joint(self) -> SafetyConfig:
-        n = len(self.joint_names)
-        if len(set(self.joint_names)) != n:
+    def _check_joints(self) -> SafetyConfig:
+        if len(set(self.joint_names)) != len(self.joint_names):
             raise ValueError(f"joint_names must be unique, got {self.joint_names}")
-        for name in (
-            "position_min",
-            "position_max",
-            "soft_margin",
-            "velocity_limit_per_s",
-            "acceleration_limit_per_s2",
-            "deceleration_limit_per_s2",
-            "jerk_limit_per_s3",
-        ):
-            values = getattr(self, name)
-            if len(values) != n:
-                raise ValueError(f"{name} has {len(values)} entries, expected {n} (one per joint)")
-            if name != "position_min" and name != "position_max":
-                bad = [v for v in values if not v >= (0.0 if name == "soft_margin" else 1e-12)]
-                if bad:
-                    raise ValueError(f"{name} must be positive, got {bad[0]}")
-        for i, joint in enumerate(self.joint_names):
-            lo, hi, margin = self.position_min[i], self.position_max[i], self.soft_margin[i]
-            if not hi - lo > 2.0 * margin:
-                raise ValueError(
-                    f"joint {joint}: position_max - position_min = {hi - lo} must exceed "
-                    f"2 * soft_margin = {2.0 * margin}"
-                )
+        dotted = [name for name in self.joints if "." in name or not name]
+        if dotted:
+            raise ValueError(
+                f"joints: joint name {dotted[0]!r} must be non-empty and hold no '.' "
+                "(its ROS parameters are joints.<name>.<limit>)"
+            )
+        missing = [name for name in self.joint_names if name not in self.joints]
+        if missing:
+            raise ValueError(
+                f"joints has no entry for {missing} of joint_names {self.joint_names}: add "
+                + ", ".join(f"joints.{name}" for name in missing)
+                + ", each with "
+                + ", ".join(SAFETY_LIMIT_FIELDS)
+            )
+        unknown = [name for name in self.joints if name not in self.joint_names]
+        if unknown:
+            raise ValueError(
+                "joints."
+                + ", joints.".join(unknown)
+                + f": not in joint_names {self.joint_names}; add them there (in command "
+                "order) or remove their entries"
+            )
         return self
+
+    def limit_arrays(self, joint_names: Sequence[str] | None = None) -> SafetyLimitArrays:
+        """The limits of ``joint_names`` (default: this config's own) as arrays, in that order.
+
+        Raises:
+            MissingJointLimitsError: a joint of ``joint_names`` has no limits here.
+        """
+        names = tuple(self.joint_names if joint_names is None else joint_names)
+        missing = [name for name in names if name not in self.joints]
+        if missing:
+            raise MissingJointLimitsError(
+                f"joints {missing} have no limits in the safety configuration (it has "
+                f"{list(self.joints)}): add "
+                + ", ".join(f"joints.{name}" for name in missing)
+                + " to the safety parameter file"
+            )
+        rows = [self.joints[name] for name in names]
+        arrays = {
+            field: np.array([getattr(row, field) for row in rows], dtype=np.float64)
+            for field in SAFETY_LIMIT_FIELDS
+        }
+        return SafetyLimitArrays(joint_names=names, **arrays)
+
+
+def _yaml_number(value: Any) -> str:
+    """``value`` as YAML reads it back (``1e-05`` is a string to YAML 1.1: ``1.0e-05``)."""
+    text = repr(value)
+    mantissa, e, exponent = text.partition("e")
+    if e and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"
+    return text
+
+
+def flat_limits_message(data: dict[str, Any]) -> str:
+    """Why seven parallel lists of limits are refused, with the same limits keyed per joint.
+
+    The per-joint block is built from ``data``'s own values, ready to paste in
+    place of the lists (under ``ros__parameters``).
+    """
+    names = data.get("joint_names") or DEFAULT_JOINT_NAMES
+    found = [field for field in SAFETY_LIMIT_FIELDS if field in data]
+    # beside per-joint limits already there, only the lists' own values are to move
+    shown = found if "joints" in data else SAFETY_LIMIT_FIELDS
+    lines = ["    joints:"]
+    for i, joint in enumerate(names):
+        lines.append(f"      {joint}:")
+        for field in shown:
+            values = data.get(field)
+            value = values[i] if isinstance(values, list | tuple) and i < len(values) else None
+            text = "<set me>" if value is None else _yaml_number(value)
+            lines.append(f"        {field}: {text}")
+    action = (
+        "Move the lists' values into the entries of joints:"
+        if "joints" in data
+        else "Replace the lists with:"
+    )
+    return (
+        f"safety limits as parallel lists ({', '.join(found)}) are no longer read: "
+        "the limits are keyed per joint under 'joints' (joint_names keeps the order of "
+        f"the commands). {action}\n" + "\n".join(lines)
+    )
 
 
 DEFAULT_NOISE_SCALE = 0.5

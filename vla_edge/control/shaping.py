@@ -92,33 +92,21 @@ class CommandLimits:
         """
         if not 0.0 < margin <= 1.0:
             raise ConfigError(f"command_limit_margin = {margin}: expected 0 < margin <= 1")
-        index = {name: i for i, name in enumerate(safety.joint_names)}
-        missing = [name for name in joint_names if name not in index]
-        if missing:
-            raise ConfigError(
-                f"joint_names {missing} of the controller are not in the safety "
-                f"configuration's joint_names {list(safety.joint_names)}"
-            )
-        rows = [index[name] for name in joint_names]
-
-        def pick(values: Sequence[float]) -> np.ndarray:
-            return np.asarray([values[i] for i in rows], dtype=np.float64)
-
-        jerk = pick(safety.jerk_limit_per_s3)
+        limits = safety.limit_arrays(joint_names)
+        jerk = limits.jerk_limit_per_s3
         acceleration = np.minimum.reduce(
             [
-                pick(safety.acceleration_limit_per_s2),
-                pick(safety.deceleration_limit_per_s2),
+                limits.acceleration_limit_per_s2,
+                limits.deceleration_limit_per_s2,
                 2.0 * jerk / safety.rate_hz,
             ]
         )
-        soft = pick(safety.soft_margin)
         return cls(
-            velocity=margin * pick(safety.velocity_limit_per_s),
+            velocity=margin * limits.velocity_limit_per_s,
             acceleration=margin * acceleration,
             jerk=margin * jerk,
-            position_lo=pick(safety.position_min) + soft,
-            position_hi=pick(safety.position_max) - soft,
+            position_lo=limits.soft_min,
+            position_hi=limits.soft_max,
         )
 
 

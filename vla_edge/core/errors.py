@@ -13,6 +13,18 @@ class RemovedFeatureError(ConfigError):
     """A config or checkpoint sets a removed field to other than the value the code hard-wires."""
 
 
+class FlatSafetyLimitsError(ConfigError):
+    """Safety limits given as parallel lists (the old form): they are keyed per joint now."""
+
+
+class MissingJointLimitsError(ConfigError):
+    """A joint has no limits in the safety configuration."""
+
+
+class DuplicateKeyError(ConfigError):
+    """A YAML mapping names the same key twice (YAML would keep the last silently)."""
+
+
 class ActionSpaceError(ConfigError):
     """A policy's action space is malformed, or the robot cannot execute it."""
 

@@ -136,8 +136,9 @@ class FaultHarness:
 
     def run(self, scenario: FaultScenario, injector: Injector | None = None) -> Trace:
         """Run one episode of ``scenario`` and return its trace."""
-        inj = injector or make_injector(scenario, position_max=self.safety_config.position_max)
         env, cfg, settings = self.env, self.controller_config, self.settings
+        position_max = self.safety_config.limit_arrays(cfg.joint_names).position_max
+        inj = injector or make_injector(scenario, position_max=position_max.tolist())
         trace = Trace(scenario, tuple(cfg.joint_names), float(env.control_dt_s))
         if isinstance(inj, CpuAffinityCap):
             reason = inj.unavailable_reason()

@@ -131,11 +131,10 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
     worst = _BY_SEVERITY[max(worst_sev, 0)]
 
     # derivatives of the safe output; ratios to the limits
-    vel_lim = np.asarray(safety.velocity_limit_per_s)
-    acc_lim = np.maximum(
-        np.asarray(safety.acceleration_limit_per_s2), np.asarray(safety.deceleration_limit_per_s2)
-    )
-    jerk_lim = np.asarray(safety.jerk_limit_per_s3)
+    limits = safety.limit_arrays()  # the safety output's columns: its joint_names order
+    vel_lim = limits.velocity_limit_per_s
+    acc_lim = np.maximum(limits.acceleration_limit_per_s2, limits.deceleration_limit_per_s2)
+    jerk_lim = limits.jerk_limit_per_s3
     v, acc, jerk = derivatives(a["safe"], dt)
     # finite differences only across consecutive ticks (a real-time recording may miss one)
     # (and only where no sample was lost: ``complete``)
@@ -168,8 +167,8 @@ def score(trace: Trace, safety: SafetyConfig, state_slack_s: float = 0.0) -> dic
     )
 
     # position limits (hard) on the output and on the measurement
-    lo = np.asarray(safety.position_min)
-    hi = np.asarray(safety.position_max)
+    lo = limits.position_min
+    hi = limits.position_max
     out_safe = np.any((a["safe"] < lo - LIMIT_TOLERANCE) | (a["safe"] > hi + LIMIT_TOLERANCE), 1)
     # measured: revolute joints only (the finger opening is set by contacts, not commanded)
     arm = slice(0, len(lo) - 1)

@@ -85,7 +85,8 @@ class FaultInjectorNode(Node):
         self.scenario = self._load_scenario(self.params.scenario)
         safety_file = self.params.safety_params_file or str(config_path("safety.yaml"))
         safety = load_node_params(safety_file, "safety_node", SafetyConfig)
-        self.injector = make_injector(self.scenario, position_max=safety.position_max)
+        position_max = safety.limit_arrays().position_max.tolist()  # in its joint_names order
+        self.injector = make_injector(self.scenario, position_max=position_max)
         self.dt_action_s = self.params.dt_action_s
         self.armed_at_s: float | None = None  # system clock, reported on /diagnostics
         self._armed_steady_s: float | None = None  # the episode clock's origin

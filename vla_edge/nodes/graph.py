@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vla_edge.config.loader import load_yaml_file
+from vla_edge.config.loader import flatten_parameters, load_yaml_file
 from vla_edge.config.paths import share_dir
 from vla_edge.core.errors import ConfigError
 
@@ -185,7 +185,7 @@ class NodeSpec:
             args += ["--params-file", str(self.params_path(root))]
         for src, dst in self.remappings:
             args += ["-r", f"{src}:={dst}"]
-        for key, value in parameters.items():
+        for key, value in flatten_parameters(parameters).items():  # joints.<name>.<limit>
             args += ["-p", f"{key}:={_param_literal(value)}"]
         return args
 

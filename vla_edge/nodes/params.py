@@ -15,6 +15,11 @@ says what the model checks and the two never disagree:
   ``Literal``, a minimum length;
 * read only, except the parameters a node reads again at run time.
 
+A field that maps names to a model (the safety node's ``joints``) is no
+parameter itself: each entry's fields are, ``joints.<name>.<field>``, with the
+descriptor of the entry model's field, as ros2_control's joint limits are
+declared per joint.
+
 The values are validated by the model *before* they are declared, so a bad
 value is a :class:`~vla_edge.core.errors.ConfigError` naming the node, field,
 value and bound, never rclpy's own exception.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import array
 import math
+import sys
 import typing
 from collections.abc import Iterable
 from typing import Any, Literal, TypeVar
@@ -40,7 +46,7 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from vla_edge.config.loader import validate_params
+from vla_edge.config.loader import mapping_fields, validate_params
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -49,6 +55,7 @@ ROS_BUILTIN_PARAMETERS = frozenset({"use_sim_time", "start_type_description_serv
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
+DOUBLE_MAX = sys.float_info.max  # a one-sided bound's open side: finite, as the limits are
 
 _SCALAR_TYPES = {
     bool: ParameterType.PARAMETER_BOOL,
@@ -139,8 +146,8 @@ def parameter_descriptor(
         high = bounds.get("le", math.nextafter(bounds["lt"], -math.inf) if "lt" in bounds else None)
         descriptor.floating_point_range = [
             FloatingPointRange(
-                from_value=float(-math.inf if low is None else low),
-                to_value=float(math.inf if high is None else high),
+                from_value=float(-DOUBLE_MAX if low is None else low),
+                to_value=float(DOUBLE_MAX if high is None else high),
                 step=0.0,
             )
         ]
@@ -188,9 +195,9 @@ def declare_config(node: Node, model: type[ModelT], run_time: Iterable[str] = ()
     unknown = writable - set(model.model_fields)
     if unknown:
         raise ValueError(f"run-time parameters {sorted(unknown)} are not fields of {model}")
-    for name, field in model.model_fields.items():
-        descriptor = parameter_descriptor(name, field, read_only=name not in writable)
-        value = getattr(config, name)
+    for name, field, value in config_parameters(config):
+        read_only = name.partition(".")[0] not in writable
+        descriptor = parameter_descriptor(name, field, read_only=read_only)
         if isinstance(value, list) and not value:
             node.declare_parameter(
                 name, Parameter.Type(descriptor.type), descriptor, ignore_override=True
@@ -198,6 +205,26 @@ def declare_config(node: Node, model: type[ModelT], run_time: Iterable[str] = ()
         else:
             node.declare_parameter(name, value, descriptor, ignore_override=True)
     return config
+
+
+def config_parameters(config: BaseModel) -> list[tuple[str, FieldInfo, Any]]:
+    """``(parameter name, field, value)`` of every ROS parameter of ``config``, in field order.
+
+    A field that maps names to a model gives one parameter per entry and entry
+    field (``joints.joint1.position_min``), in the mapping's order.
+    """
+    model = type(config)
+    nested = mapping_fields(model)
+    out: list[tuple[str, FieldInfo, Any]] = []
+    for name, field in model.model_fields.items():
+        value = getattr(config, name)
+        if name not in nested:
+            out.append((name, field, value))
+            continue
+        for key, entry in value.items():
+            for entry_name, entry_field in nested[name].model_fields.items():
+                out.append((f"{name}.{key}.{entry_name}", entry_field, getattr(entry, entry_name)))
+    return out
 
 
 def parameter_dict(node: Any) -> dict[str, Any]:
@@ -212,6 +239,8 @@ def parameter_dict(node: Any) -> dict[str, Any]:
 
 def config_from_parameters(node: Any, model: type[ModelT]) -> ModelT:
     """Validate the node's declared parameters (their current values) into ``model``.
+
+    Dotted names (``joints.joint1.position_min``) are nested back into their field.
 
     Raises:
         ConfigError: a field is invalid or unknown (names node, field, value and bound).

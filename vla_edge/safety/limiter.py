@@ -159,8 +159,9 @@ class Limiter:
             raise InvalidCommandError(
                 f"initial_positions has shape {initial.shape}, expected ({n},) for {n} joints"
             )
-        self.hard_min = [float(x) for x in config.position_min]
-        self.hard_max = [float(x) for x in config.position_max]
+        arrays = config.limit_arrays()
+        self.hard_min = [float(x) for x in arrays.position_min]
+        self.hard_max = [float(x) for x in arrays.position_max]
         self.limits: list[JointLimits] = []
         for i, name in enumerate(self.joint_names):
             p0 = float(initial[i])
@@ -175,12 +176,12 @@ class Limiter:
             initial[i] = min(max(p0, self.hard_min[i]), self.hard_max[i])
             self.limits.append(
                 JointLimits(
-                    lo=config.position_min[i] + config.soft_margin[i],
-                    hi=config.position_max[i] - config.soft_margin[i],
-                    velocity=config.velocity_limit_per_s[i],
-                    acceleration=config.acceleration_limit_per_s2[i],
-                    deceleration=config.deceleration_limit_per_s2[i],
-                    jerk=config.jerk_limit_per_s3[i],
+                    lo=float(arrays.soft_min[i]),
+                    hi=float(arrays.soft_max[i]),
+                    velocity=float(arrays.velocity_limit_per_s[i]),
+                    acceleration=float(arrays.acceleration_limit_per_s2[i]),
+                    deceleration=float(arrays.deceleration_limit_per_s2[i]),
+                    jerk=float(arrays.jerk_limit_per_s3[i]),
                 )
             )
         # Starting outside the soft band is allowed; the band widens to include the

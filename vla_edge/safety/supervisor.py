@@ -33,8 +33,9 @@ class SafetySupervisor:
         self.joint_names = tuple(config.joint_names)
         self.limiter = Limiter(config, initial_positions)
         self.machine = SafetyStateMachine(config)
-        self._position_min = [float(x) for x in config.position_min]
-        self._position_max = [float(x) for x in config.position_max]
+        arrays = config.limit_arrays()
+        self._position_min = [float(x) for x in arrays.position_min]
+        self._position_max = [float(x) for x in arrays.position_max]
         self._target: np.ndarray | None = None
         self._last_message = "waiting for the first command"
         self.counters: dict[str, int] = {
