@@ -13,7 +13,7 @@ export PYOPENGL_PLATFORM ?= egl
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_DOMAIN_ID
 
-.PHONY: install test test-fast demo lint format bench clean
+.PHONY: install test test-fast demo lint format docs docs-check bench clean
 
 install: $(STAMP)
 
@@ -44,13 +44,21 @@ demo: $(STAMP)
 
 # lint-imports: which layer of vla_edge/ may import which (the contract in .importlinter)
 lint: $(STAMP)
-	$(BIN)/ruff check vla_edge test launch setup.py
-	$(BIN)/ruff format --check vla_edge test launch setup.py
+	$(BIN)/ruff check vla_edge test launch tools setup.py
+	$(BIN)/ruff format --check vla_edge test launch tools setup.py
 	$(BIN)/lint-imports --config .importlinter --no-cache
 
+# docs/RESULTS.md's tables and README.md's generated blocks, from their JSONs and the code
+# (a docs tool, outside the package); docs-check rewrites nothing and fails on a stale one.
+docs: $(STAMP)
+	$(BIN)/python tools/report.py
+
+docs-check: $(STAMP)
+	$(BIN)/python tools/report.py --check
+
 format: $(STAMP)
-	$(BIN)/ruff format vla_edge test launch setup.py
-	$(BIN)/ruff check --fix vla_edge test launch setup.py
+	$(BIN)/ruff format vla_edge test launch tools setup.py
+	$(BIN)/ruff check --fix vla_edge test launch tools setup.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import subprocess
 import sys
 
@@ -49,3 +51,46 @@ def test_every_command_and_bench_helps_without_a_formatting_error(capsys):
             main(argv)
         assert stop.value.code == 0, argv
     assert "SmolVLA" in capsys.readouterr().out
+
+
+def test_every_command_and_bench_module_exists_with_its_entry_points():
+    """A command whose module is missing would still print a bare ``--help``: import each."""
+    from vla_edge.cli import BENCHES, COMMANDS
+
+    for name, (module_name, _) in {**COMMANDS, **BENCHES}.items():
+        module = importlib.import_module(module_name)
+        assert callable(module.add_arguments) and callable(module.run), name
+
+
+@pytest.mark.parametrize(
+    ("argv", "options"),
+    [
+        (["launch", "--help"], ["--namespace", "--stop-on-success", "--json"]),
+        (["soak", "--help"], ["--fault-every-s", "--switch-probability", "--out"]),
+    ],
+    ids=["launch", "soak"],
+)
+def test_launch_and_soak_help_lists_their_options(argv, options, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: vla-edge {argv[0]}")
+    for option in options:
+        assert option in out, option
+
+
+def test_launch_command_imports_no_model_library():
+    """``vla-edge launch`` starts processes and reads /diagnostics: no torch, no runtimes."""
+    script = (
+        "import json, sys\n"
+        "from vla_edge.cli import build_parser\n"
+        "build_parser(['launch', 'sim']).parse_args(['launch', 'sim'])\n"
+        "import vla_edge.cli.launch\n"
+        "heavy = ('torch', 'transformers', 'onnxruntime', 'executorch')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

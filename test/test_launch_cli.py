@@ -13,16 +13,13 @@ import pytest
 from ros_test_domain import DomainLease
 
 from vla_edge import cli
+from vla_edge.cli.launch import add_arguments
 from vla_edge.core.errors import UnknownTaskError
 from vla_edge.nodes import graph as g
 from vla_edge.nodes.graph import graph
-from vla_edge.nodes.launch_cli import (
-    GraphProcesses,
-    Monitor,
-    add_arguments,
-    overrides_for,
-    sim_task,
-)
+from vla_edge.nodes.graph_run import overrides_for, sim_task
+from vla_edge.nodes.monitor import Monitor
+from vla_edge.nodes.supervisor import GraphProcesses, NodeProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,8 +118,8 @@ def test_monitor_keeps_only_its_own_graphs_diagnostics_under_their_plain_names()
     try:
         assert arm1.node.get_namespace() == "/arm1"
         for name in ("arm1/vla_edge/controller", "arm2/vla_edge/controller", "vla_edge/safety"):
-            arm1._on_diag(_status(name))
-            root._on_diag(_status(name))
+            arm1.on_diagnostics(_status(name))
+            root.on_diagnostics(_status(name))
         assert arm1.statuses == {"vla_edge/controller": {"who": "arm1/vla_edge/controller"}}
         assert root.statuses == {"vla_edge/safety": {"who": "vla_edge/safety"}}
     finally:
@@ -131,8 +128,6 @@ def test_monitor_keeps_only_its_own_graphs_diagnostics_under_their_plain_names()
 
 
 def test_stop_escalates_to_sigterm_and_names_the_node_that_ignored_sigint(tmp_path):
-    from vla_edge.nodes.launch_cli import NodeProcess
-
     spec = graph("sim")[0]
     processes = GraphProcesses("sim", log_dir=tmp_path)
     log_path = tmp_path / f"{spec.name}.log"

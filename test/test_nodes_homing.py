@@ -28,7 +28,7 @@ from vla_edge.config import load_node_params
 from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.core.types import ActionChunk
 from vla_edge.nodes import graph as g
-from vla_edge.nodes.launch_cli import GraphProcesses
+from vla_edge.nodes.supervisor import GraphProcesses
 from vla_edge.sim.tasks import initial_joint_positions
 
 pytestmark = pytest.mark.ros
@@ -222,7 +222,11 @@ def test_homing_goes_through_the_safety_node_without_a_limited_tick_and_reports_
     # the commanded steps keep the margin of the velocity limit
     _, commands = probe.series(probe.unsafe, t0)
     steps = np.abs(np.diff(commands, axis=0)).max(axis=0)
-    bound = CONTROLLER.home_limit_margin * np.array(SAFETY.velocity_limit_per_s) * PERIOD_S
+    bound = (
+        CONTROLLER.home_limit_margin
+        * SAFETY.limit_arrays(CONTROLLER.joint_names).velocity_limit_per_s
+        * PERIOD_S
+    )
     assert np.all(steps <= bound * (1 + 1e-6)), steps / bound
     assert np.abs(commands[-1] - HOME).max() <= 1e-9  # exactly home
     ctrl = wait_for(lambda: probe.status("vla_edge/controller").get("homing") == "done", 3.0)

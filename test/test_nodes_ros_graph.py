@@ -27,7 +27,8 @@ from vla_edge.config import load_node_params
 from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.nodes import graph as g
 from vla_edge.nodes.graph import DIAGNOSTICS_PERIOD_S
-from vla_edge.nodes.launch_cli import GraphProcesses, overrides_for
+from vla_edge.nodes.graph_run import overrides_for
+from vla_edge.nodes.supervisor import GraphProcesses
 
 pytestmark = pytest.mark.ros
 
@@ -403,8 +404,8 @@ def test_killing_inference_leads_to_a_controlled_hold_within_the_watchdog_bound(
     # the robot is held inside its limits whatever the safety layer had to refuse on the way
     _, safe = probe.series(probe.safe, t_kill)
     limits = load_node_params(ROOT / "config/safety.yaml", "safety_node", SafetyConfig)
-    assert np.all(safe >= np.array(limits.position_min) - 1e-9)
-    assert np.all(safe <= np.array(limits.position_max) + 1e-9)
+    assert np.all(safe >= limits.limit_arrays().position_min - 1e-9)
+    assert np.all(safe <= limits.limit_arrays().position_max + 1e-9)
 
 
 def test_surviving_nodes_stop_cleanly_on_sigint(ros_graph):

@@ -1,14 +1,17 @@
-"""``vla-edge report``: docs/RESULTS.md's tables against their JSONs."""
+"""``tools/report.py`` (``make docs``): docs/RESULTS.md's tables against their JSONs."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from report_tool import REPORT_PY, load_report
 
-from vla_edge.bench import report
-from vla_edge.cli import main
+report = load_report()
+main = report.main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,25 +58,35 @@ def test_changed_number_is_named_by_check_and_restored_by_rewrite(repo_copy, cap
     )
 
     assert report.check(repo_copy) == ["docs/RESULTS.md: table 'bundled' differs from its JSON(s)"]
-    assert main(["report", "--check", "--root", str(repo_copy)]) == 1
+    assert main(["--check", "--root", str(repo_copy)]) == 1
     assert "table 'bundled' differs" in capsys.readouterr().err
+    # as `make docs-check` runs it: a script outside the package
+    script = subprocess.run(
+        [sys.executable, str(REPORT_PY), "--check", "--root", str(repo_copy)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert script.returncode == 1, script.stderr
+    assert "docs/RESULTS.md: table 'bundled' differs from its JSON(s)" in script.stderr
+    assert "run `make docs`" in script.stderr
     assert results.read_text() != original  # --check rewrites nothing
 
-    assert main(["report", "--root", str(repo_copy)]) == 0
+    assert main(["--root", str(repo_copy)]) == 0
     assert results.read_text() == original
-    assert main(["report", "--check", "--root", str(repo_copy)]) == 0
+    assert main(["--check", "--root", str(repo_copy)]) == 0
 
 
 def test_missing_json_is_named(repo_copy, capsys):
     missing = "docs/results/bench_control.json"
     (repo_copy / missing).unlink()
 
-    assert main(["report", "--check", "--root", str(repo_copy)]) == 1
+    assert main(["--check", "--root", str(repo_copy)]) == 1
     err = capsys.readouterr().err
     assert f"table 'control': {missing} is missing" in err
     assert "table 'expert'" not in err
     # the rewrite leaves that block as it is and fails
-    assert main(["report", "--root", str(repo_copy)]) == 1
+    assert main(["--root", str(repo_copy)]) == 1
 
 
 def test_results_md_without_a_table_block_fails_the_check(repo_copy):
@@ -132,3 +145,19 @@ def test_unknown_block_name_is_named(repo_copy):
 )
 def test_pct_of_range_is_formatted_as_the_readme_wrote_it(value, text):
     assert report._pct_of_range(value) == text
+
+
+def test_the_report_is_a_docs_tool_not_a_vla_edge_command(capsys):
+    from vla_edge.cli import COMMANDS
+    from vla_edge.cli import main as vla_edge
+
+    assert "report" not in COMMANDS
+    with pytest.raises(SystemExit) as stop:
+        vla_edge(["report", "--check"])
+    assert stop.value.code == 2
+    assert "invalid choice: 'report'" in capsys.readouterr().err
+
+
+def test_without_a_results_md_under_the_root_the_tool_says_so(tmp_path, capsys):
+    assert main(["--check", "--root", str(tmp_path)]) == 2
+    assert f"no docs/RESULTS.md under --root {tmp_path}" in capsys.readouterr().err

@@ -358,8 +358,9 @@ def test_samples_are_written_as_columns_and_read_back_without_the_gaps():
 
 
 def test_the_report_renders_a_soak_as_a_table_with_its_goals_first(tmp_path):
-    from vla_edge.bench.report import render_soak
+    from report_tool import load_report
 
+    render_soak = load_report().render_soak
     settings = soak.make_settings(duration_s=60.0, window_s=20.0, warmup_s=10.0, sample_s=5.0)
     recorded = {**settings.model_dump(mode="json"), "policy": "out/exports/bundled_et_fp32"}
     table = render_soak([st.build_report(_record(), recorded, soak.machine())])

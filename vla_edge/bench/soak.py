@@ -1,7 +1,8 @@
-"""``vla-edge soak``: the sim graph for hours, episodes back to back, mild faults; a JSON and a PNG.
+"""The soak: the sim graph for hours, episodes back to back, mild faults; a JSON and a PNG.
 
-The graph of ``vla-edge launch sim`` starts once (each node its own process)
-with an edge program of the bundled model (by default its ExecuTorch export,
+:func:`run_soak` is what ``vla-edge soak`` (:mod:`vla_edge.cli.soak`) runs. The
+graph of ``vla-edge launch sim`` starts once (each node its own process) with an
+edge program of the bundled model (by default its ExecuTorch export,
 made in ``<out>/exports/`` when missing). Then, until ``--duration``:
 
 * **episodes** back to back: a task of the ``tabletop`` suite and an initial
@@ -33,17 +34,14 @@ still writes the JSON (``interrupted: true``). The figures
 JSON) are per ``--window-s`` window, and the goals are checked: memory growth
 ≤ 2 %/h after ``--warmup-s``, no buffer underrun outside a fault window
 (+ ``--recovery-s``), controller jitter p99 ≤ 2 ms in every window, no
-unexpected exit, every fault recovered. Exit code 0 when every goal passed,
-1 when one failed, 2 on bad options, 130 when interrupted.
+unexpected exit, every fault recovered.
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -57,7 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from vla_edge.bench.soak_report import Episode, Fault, SoakRecord
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.nodes import graph as g
-from vla_edge.nodes.launch_cli import STOP_TIMEOUT_S, GraphProcesses, Monitor, overrides_for
+from vla_edge.nodes.graph_run import overrides_for
+from vla_edge.nodes.monitor import Monitor
+from vla_edge.nodes.supervisor import GraphProcesses
 
 FaultKind = Literal["inference_crash", "inference_stall", "estop"]
 FAULT_KINDS: tuple[str, ...] = ("inference_crash", "inference_stall", "estop")
@@ -414,7 +414,7 @@ class SoakGraph(GraphProcesses):
         import subprocess
 
         node = self.nodes[name]
-        env = {**self._env(), **self.env}
+        env = self.child_env()
         with node.log_path.open("a") as log:
             log.write(f"\n--- vla-edge soak: respawned at {time.strftime('%H:%M:%S')} ---\n")
             log.flush()
@@ -427,12 +427,6 @@ class SoakGraph(GraphProcesses):
             )
         self.expected_exit.discard(name)
         return node.process.pid
-
-    @staticmethod
-    def _env() -> dict[str, str]:
-        from vla_edge.nodes.launch_cli import DEFAULT_ENV
-
-        return {**DEFAULT_ENV, **os.environ}
 
     def usage(self) -> dict[str, tuple[int, float, float | None]]:
         """``(pid, rss_mb, cpu_pct)`` of each running node, its children included.
@@ -521,7 +515,9 @@ class SoakMonitor(Monitor):
             durability=DurabilityPolicy.TRANSIENT_LOCAL,
         )
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(JointTrajectory, g.TOPIC_ACTION_CHUNK, self._on_chunk, qos)
+        self.node.create_subscription(
+            JointTrajectory, g.TOPIC_ACTION_CHUNK, self._on_chunk_age, qos
+        )
         self.instruction_pub = self.node.create_publisher(String, g.TOPIC_INSTRUCTION, latched)
         self.estop_pub = self.node.create_publisher(Bool, g.TOPIC_ESTOP, qos)
         self.sim_parameters = self.node.create_client(
@@ -530,21 +526,23 @@ class SoakMonitor(Monitor):
         self.sim_reset = self.node.create_client(Trigger, g.SERVICE_SIM_RESET)
         self.safety_reset = self.node.create_client(Trigger, g.SERVICE_SAFETY_RESET)
 
-    def _on_diag(self, msg: Any) -> None:
-        super()._on_diag(msg)
+    def on_diagnostics(self, msg: Any) -> None:
+        """The launch monitor's statuses, plus each reading of the controller's underruns."""
+        super().on_diagnostics(msg)
         now = time.monotonic()
         for status in msg.status:
-            if self._own_status_name(status.name) == "vla_edge/controller":
+            if self.own_status_name(status.name) == "vla_edge/controller":
                 value = _subset({kv.key: kv.value for kv in status.values}, CONTROLLER_KEYS)
                 if value["buffer_underruns"] is not None:
                     self.underrun_readings.append((now, value["buffer_underruns"]))
 
-    def _on_success(self, msg: Any) -> None:
-        super()._on_success(msg)
+    def on_task_success(self, msg: Any) -> None:
+        """The launch monitor's first success, plus the time of the latest one."""
+        super().on_task_success(msg)
         if msg.data:
             self.last_success_s = time.monotonic()
 
-    def _on_chunk(self, msg: Any) -> None:
+    def _on_chunk_age(self, msg: Any) -> None:
         from vla_edge.nodes.conversions import S_PER_NS, stamp_to_s
 
         now_s = self.node.get_clock().now().nanoseconds * S_PER_NS
@@ -1007,68 +1005,24 @@ def _instruction(task: str) -> str:
     return get_task(task).instruction
 
 
-# ------------------------------------------------------------------ command
+# ------------------------------------------------------------------ soak and report
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``vla-edge soak``."""
-    parser.add_argument("--duration", type=float, default=3600.0, help="seconds (default 3600)")
-    parser.add_argument("--window-s", type=float, default=300.0, help="statistics window")
-    parser.add_argument(
-        "--warmup-s", type=float, default=300.0, help="memory growth is fitted after this"
-    )
-    parser.add_argument("--sample-s", type=float, default=5.0, help="sampling period")
-    parser.add_argument(
-        "--policy",
-        default=None,
-        help="export dir | expert | checkpoint (default: the bundled model's ExecuTorch "
-        "export, made in OUT/exports/ when missing)",
-    )
-    parser.add_argument(
-        "--quant", default="fp32", help="recipe of the default export (config/quant_recipes.yaml)"
-    )
-    parser.add_argument(
-        "--threads", type=int, default=None, help="inference threads (default: as vla-edge demo)"
-    )
-    parser.add_argument(
-        "--faults",
-        default=",".join(FAULT_KINDS),
-        help=f"comma-separated kinds of {FAULT_KINDS}, or none",
-    )
-    parser.add_argument(
-        "--fault-every-s", type=float, default=180.0, help="mean time between faults"
-    )
-    parser.add_argument(
-        "--switch-probability", type=float, default=0.5, help="episodes with a switch"
-    )
-    parser.add_argument(
-        "--recovery-s", type=float, default=3.0, help="a fault's window extends this far"
-    )
-    parser.add_argument(
-        "--episode-s", type=float, default=None, help="cap on an episode (default: its budget)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the draws")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="soak.json, soak.png, logs")
+@dataclass(frozen=True)
+class SoakResult:
+    """A finished soak: its report (the JSON's content), its record and the files written.
 
-
-def settings_from_args(args: argparse.Namespace) -> SoakSettings:
-    """The validated settings of the command line.
-
-    Raises:
-        SoakSettingsError: an option out of range or inconsistent with another.
+    Attributes:
+        policy: the inference node's policy string the soak ran (an export directory, ...).
+        json_path: ``<out>/soak.json``.
+        png_path: ``<out>/soak.png``.
     """
-    return make_settings(
-        duration_s=args.duration,
-        window_s=args.window_s,
-        warmup_s=args.warmup_s,
-        sample_s=args.sample_s,
-        fault_every_s=args.fault_every_s,
-        faults=parse_faults(args.faults),
-        switch_probability=args.switch_probability,
-        recovery_s=args.recovery_s,
-        episode_s=args.episode_s,
-        seed=args.seed,
-    )
+
+    report: dict[str, Any]
+    record: SoakRecord
+    policy: str
+    json_path: Path
+    png_path: Path
 
 
 def resolve_policy(policy: str | None, quant: str, out: Path) -> str:
@@ -1080,31 +1034,37 @@ def resolve_policy(policy: str | None, quant: str, out: Path) -> str:
     return ensure_export(out, "bundled", "executorch", quant, "vla-edge soak")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Entry point of ``vla-edge soak``."""
-    from vla_edge.bench.soak_report import build_report, plot_soak, report_json, summary_lines
-    from vla_edge.demo import inference_threads
+def run_soak(
+    settings: SoakSettings,
+    policy: str | None,
+    threads: int | None,
+    out: Path,
+    quant: str = "fp32",
+    announce: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+) -> SoakResult:
+    """Soak the sim graph and write ``<out>/soak.json`` and ``<out>/soak.png``.
 
-    settings = settings_from_args(args)
-    if args.threads is not None and args.threads < 1:
-        raise SoakSettingsError(f"--threads = {args.threads}: must be >= 1")
-    out: Path = args.out
+    Args:
+        policy: the inference node's policy; ``None``: the bundled model's ExecuTorch
+            export of recipe ``quant``, made under ``out`` when missing.
+        threads: inference threads (``None``: the inference node's config).
+        out: the soak's directory; the nodes' logs go to ``<out>/logs``.
+        stop: set it (from a signal handler) to end the soak early; the JSON is
+            still written, with ``interrupted: true``.
+
+    Raises:
+        SoakSettingsError: ``threads`` below 1.
+        SoakStartupError: the graph did not come up.
+    """
+    from vla_edge.bench.soak_report import build_report, plot_soak, report_json
+
+    if threads is not None and threads < 1:
+        raise SoakSettingsError(f"--threads = {threads}: must be >= 1")
     out.mkdir(parents=True, exist_ok=True)
-    policy = resolve_policy(args.policy, args.quant, out)
-    threads = inference_threads(args.threads)
+    policy = resolve_policy(policy, quant, out)
     log_dir = out / "logs"
-    stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
-    try:
-        soak = Soak(
-            settings, policy, threads, log_dir, announce=lambda s: print(s, flush=True), stop=stop
-        )
-        record = soak.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    record = Soak(settings, policy, threads, log_dir, announce=announce, stop=stop).run()
     recorded_settings = {
         **settings.model_dump(mode="json"),
         "policy": policy,
@@ -1116,29 +1076,7 @@ def run(args: argparse.Namespace) -> int:
         "estop_hold_s": ESTOP_HOLD_S,
     }
     report = build_report(record, recorded_settings, machine())
-    path = out / "soak.json"
-    path.write_text(report_json(report))
-    plot_soak(report, out / "soak.png")
-    for line in summary_lines(report):
-        print(line)
-    print(f"wrote {path} and {out / 'soak.png'}")
-    for name, sig in record.stop_escalations.items():
-        print(f"node {name} did not stop within {STOP_TIMEOUT_S:.0f} s of SIGINT; sent {sig}")
-    if record.interrupted:
-        return 130
-    return 0 if report["passed"] else 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m vla_edge.bench.soak``."""
-    parser = argparse.ArgumentParser(prog="vla-edge soak", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    try:
-        return run(parser.parse_args(argv))
-    except VlaEdgeError as exc:
-        print(f"vla-edge soak: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    json_path = out / "soak.json"
+    json_path.write_text(report_json(report))
+    png_path = plot_soak(report, out / "soak.png")
+    return SoakResult(report, record, policy, json_path, png_path)

@@ -27,14 +27,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vla_edge.cli.export",
         "export a checkpoint or policy directory to ONNX / ExecuTorch / torch",
     ),
-    "launch": ("vla_edge.nodes.launch_cli", "start the ROS 2 graph (rclpy from PyPI)"),
+    "launch": ("vla_edge.cli.launch", "start the ROS 2 graph (rclpy from PyPI)"),
     "faults": ("vla_edge.cli.faults", "run the fault-injection suite"),
     "soak": (
-        "vla_edge.bench.soak",
+        "vla_edge.cli.soak",
         "hours of the sim graph: episodes, instruction switches, mild faults; memory, jitter",
     ),
     "serve": ("vla_edge.cli.serve", "serve a policy over the openpi protocol"),
-    "report": ("vla_edge.bench.report", "docs/RESULTS.md's tables from their JSONs (--check)"),
 }
 
 BENCHES: dict[str, tuple[str, str]] = {
@@ -46,6 +45,10 @@ BENCHES: dict[str, tuple[str, str]] = {
     "loop": ("vla_edge.bench.arch_loop", "a random-weight imported model in the closed loop"),
     "quant": ("vla_edge.bench.quant_bench", "quantisation sensitivity per stage and layer group"),
     "fleet": ("vla_edge.bench.fleet_bench", "the same episodes on local processes and on Ray"),
+    "upstream": (
+        "vla_edge.bench.upstream",
+        "our import against upstream's own code (--source PATH)",
+    ),
 }
 
 

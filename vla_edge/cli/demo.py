@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``vla-edge demo``."""
     from vla_edge.core.errors import VlaEdgeError
-    from vla_edge.nodes.launch_cli import run_graph
+    from vla_edge.nodes.graph_run import run_graph
 
     policy, fallback = choose_policy(args.policy)
     if fallback:

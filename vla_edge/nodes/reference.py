@@ -6,8 +6,8 @@
 * each node's parameters come from its pydantic config model (type, bounds,
   description) and the value its shipped parameter file sets.
 
-``vla-edge report`` writes these blocks into README.md and ``--check`` fails
-when one no longer matches the code.
+``python tools/report.py`` (``make docs``) writes these blocks into README.md and
+``--check`` (``make docs-check``) fails when one no longer matches the code.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from vla_edge.config.loader import load_yaml_file
+from vla_edge.config.loader import load_yaml_file, mapping_fields, nest_parameters
 from vla_edge.config.models import (
     ControllerConfig,
     FaultInjectorParams,
@@ -98,8 +98,13 @@ def parameters_table(node: str) -> str:
     """Every parameter of ``node``: type, bounds, the shipped file's value, meaning."""
     model, path = NODE_CONFIGS[node]
     shipped = load_yaml_file(share_dir() / path).get(node, {}).get("ros__parameters", {})
+    shipped = nest_parameters(model, shipped)
+    nested = mapping_fields(model)
     rows = []
     for name, field in model.model_fields.items():
+        if name in nested:
+            rows += _mapping_rows(name, nested[name], shipped.get(name) or {})
+            continue
         value = shipped.get(name, field.get_default(call_default_factory=True))
         rows.append(
             [
@@ -111,6 +116,30 @@ def parameters_table(node: str) -> str:
             ]
         )
     return _table(["parameter", "type", "bounds", f"`{path}`", "meaning"], rows)
+
+
+def _mapping_rows(
+    name: str, entry_model: type[BaseModel], shipped: dict[str, Any]
+) -> list[list[str]]:
+    """One row per field of a mapping's entries (``joints.<joint>.position_min``).
+
+    The value cell holds each entry's value in the shipped file (``joint1: -2.9, ...``).
+    """
+    rows = []
+    for entry_name, field in entry_model.model_fields.items():
+        values = ", ".join(
+            f"{key}: {_value_text(entry.get(entry_name))}" for key, entry in shipped.items()
+        )
+        rows.append(
+            [
+                f"`{name}.<{name.removesuffix('s')}>.{entry_name}`",  # a code span keeps <>
+                _type_text(field.annotation),
+                _bounds_text(field),
+                f"`{values}`" if values else "–",
+                _text(field.description or ""),
+            ]
+        )
+    return rows
 
 
 def ports_table(node: str) -> str:
