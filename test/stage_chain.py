@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from vla_edge.export.manifest import load_manifest, run_stage
+from vla_edge.export.manifest import load_manifest
 from vla_edge.runners.programs import open_program
+from vla_edge.runners.stage_loop import run_stage
 
 
 def open_stage_programs(folder) -> tuple[Any, dict[str, Any]]:  # noqa: ANN001 - Path

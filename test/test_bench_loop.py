@@ -13,14 +13,13 @@ import torch
 from ros_test_domain import DomainLease
 from safetensors import safe_open
 
+from vla_edge.archs.pi0.bench import openpi_statistics, write_openpi_checkpoint
 from vla_edge.archs.policy_dir import load_policy_dir
+from vla_edge.archs.smolvla.bench import write_smolvla_checkpoint
 from vla_edge.bench.arch_loop import (
     home_statistics,
     loop_model,
-    openpi_statistics,
-    write_openpi_checkpoint,
     write_sentencepiece_tokenizer,
-    write_smolvla_checkpoint,
 )
 from vla_edge.bench.arch_models import random_model
 from vla_edge.cli import main

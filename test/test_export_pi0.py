@@ -26,14 +26,15 @@ from export_fixtures import copy_export
 from stage_chain import chained_actions, open_stage_programs
 
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages, run_stages
+from vla_edge.archs.pi0.bench import write_openpi_checkpoint as write_checkpoint
+from vla_edge.archs.pi0.processor import TOKENIZER_FILE, pi0_contract
 from vla_edge.archs.pi0.prompt import clean_task, pad_tokens, pi05_prompt
-from vla_edge.bench.arch_loop import write_openpi_checkpoint as write_checkpoint
+from vla_edge.archs.pi0.xnnpack import NOT_DELEGATED_WHY, xnnpack_stages
 from vla_edge.bench.arch_loop import write_sentencepiece_tokenizer
 from vla_edge.core.errors import ConfigError, ManifestMismatchError
 from vla_edge.core.types import Observation
+from vla_edge.export.architecture import export_model, stage_programs_of
 from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
-from vla_edge.export.pi0 import TOKENIZER_FILE, export_pi0, pi0_contract, pi0_stage_programs
-from vla_edge.export.pi0_xnnpack import NOT_DELEGATED_WHY, xnnpack_stages
 from vla_edge.runners.factory import make_runner
 from vla_edge.runners.image_resize import resize_with_pad
 from vla_edge.runners.onnx_runner import OnnxRunner
@@ -249,7 +250,7 @@ def exported(tmp_root: Path, tokenizer: Path, pi05: bool, backend: str, quant: s
     key = (pi05, backend, quant)
     if key not in _EXPORTS:
         out = tmp_root / f"{'pi05' if pi05 else 'pi0'}_{backend}_{quant}"
-        export_pi0(
+        export_model(
             randomised(pi05),
             out,
             backend,
@@ -399,7 +400,7 @@ def test_a_bad_contract_is_refused_naming_the_field(changes, words) -> None:
 
 def test_8da4w_is_not_exported_to_onnx(tokenizer, tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"quant = '8da4w' with backend 'onnx'"):
-        export_pi0(
+        export_model(
             randomised(False),
             tmp_path,
             "onnx",
@@ -414,7 +415,7 @@ def test_8da4w_is_not_exported_to_onnx(tokenizer, tmp_path) -> None:
 
 def test_the_xnnpack_rewrite_equals_the_reference_stages(pi05) -> None:
     model = randomised(pi05)
-    programs = {p.name: p for p in pi0_stage_programs(model, "executorch")}
+    programs = {p.name: p for p in stage_programs_of(model, "executorch")}
     stages = build_stages(model)
     rewritten = xnnpack_stages(stages.vision_encoder, stages.fusion, stages.action_head)
     with torch.no_grad():
@@ -658,15 +659,18 @@ def test_vla_edge_export_policy_runs_an_imported_policy_directory(
 
 
 def test_low_memory_is_for_a_policy_dir_and_a_failed_stage_process_is_named(tmp_path) -> None:
+    from vla_edge.archs.pi0.stages import STAGE_NAMES
     from vla_edge.cli import main
-    from vla_edge.export.pi0 import export_in_processes
+    from vla_edge.export.architecture import export_in_processes
     from vla_edge.export.quant_recipes import resolve_recipe
 
     argv = ["export", "--backend", "onnx", "--out", str(tmp_path / "x"), "--low-memory"]
     assert main(argv) == 2
     assert not (tmp_path / "x" / MANIFEST_NAME).exists()
     with pytest.raises(ConfigError, match="stage vision_encoder in its own process failed, exit 2"):
-        export_in_processes(tmp_path / "none", tmp_path / "y", "onnx", resolve_recipe("fp32"), None)
+        export_in_processes(
+            tmp_path / "none", tmp_path / "y", "onnx", resolve_recipe("fp32"), None, STAGE_NAMES
+        )
 
 
 def test_tensors_are_loaded_one_part_at_a_time(tmp_path) -> None:
@@ -699,7 +703,7 @@ def test_a_low_memory_export_reads_each_stage_alone_and_makes_the_same_programs(
     """``--low-memory``: one process per stage, holding only that stage's weights."""
     from vla_edge.archs.pi0.stages import STAGE_NAMES
     from vla_edge.cli import main
-    from vla_edge.export.pi0 import load_policy_model
+    from vla_edge.export.architecture import load_policy_model
 
     # a stage's load reads just its tensors, and they are the whole load's
     policy, whole = load_policy_model(policy_dir)

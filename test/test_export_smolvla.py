@@ -28,7 +28,14 @@ import torch.nn.functional as F  # noqa: N812
 from stage_chain import chained_actions, open_stage_programs
 
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel, SmolVLMTextSize, build_stages
+from vla_edge.archs.smolvla.processor import (
+    NORM_EPSILON,
+    TOKENIZER_DIR,
+    lerobot_normalisation,
+    smolvla_contract,
+)
 from vla_edge.archs.smolvla.stages import head_actions, run_stages
+from vla_edge.archs.smolvla.xnnpack import NOT_DELEGATED_WHY
 from vla_edge.archs.stage_io import declared_calls, flow_calls
 from vla_edge.core.errors import (
     CameraMapError,
@@ -37,15 +44,8 @@ from vla_edge.core.errors import (
     TokenizerMismatchError,
 )
 from vla_edge.core.types import Observation
+from vla_edge.export.architecture import export_model
 from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
-from vla_edge.export.smolvla import (
-    NORM_EPSILON,
-    NOT_DELEGATED_WHY,
-    TOKENIZER_DIR,
-    export_smolvla,
-    lerobot_normalisation,
-    smolvla_contract,
-)
 from vla_edge.runners.image_resize import resample_bilinear_float, resize_with_pad_top_left
 from vla_edge.runners.onnx_runner import OnnxRunner
 from vla_edge.runners.tokenizers import SmolVLAPromptTokenizer
@@ -279,7 +279,7 @@ def exported(root: Path, tokenizer: Path, backend: str, quant: str) -> Path:
     if key not in _EXPORTS:
         out = root / f"smolvla_{backend}_{quant}"
         model = randomised(**size_of(backend))
-        export_smolvla(model, out, backend, quant, **export_kwargs(tokenizer))
+        export_model(model, out, backend, quant, **export_kwargs(tokenizer))
         _EXPORTS[key] = out
     return _EXPORTS[key]
 
@@ -507,7 +507,7 @@ def test_a_tokenizer_directory_the_runner_cannot_read_is_refused_before_writing(
     out = tmp_path / "export"
     kwargs = {**export_kwargs(tokenizer), "tokenizer": bad}
     with pytest.raises(TokenizerMismatchError, match=words) as info:
-        export_smolvla(randomised(), out, "onnx", **kwargs)
+        export_model(randomised(), out, "onnx", **kwargs)
     assert type(info.value) is TokenizerMismatchError
     assert not out.exists()
 
@@ -553,7 +553,7 @@ def assert_close(got: Any, want: Any, name: str) -> None:
     ids=["every-slot-full-prompt", "masked-slot-padded-prompt", "one-slot-one-token"],
 )
 def test_the_xnnpack_rewrite_equals_the_reference_stages(present, n_real_tokens) -> None:
-    from vla_edge.export.smolvla import executorch_stages
+    from vla_edge.archs.smolvla.programs import executorch_stages
 
     model = randomised(std=SHARP_STD)  # four layers: two self-, two cross-attention experts
     assert model.config.cross_attention_layers == (1, 3)
@@ -583,7 +583,7 @@ def test_the_xnnpack_rewrite_equals_the_reference_stages(present, n_real_tokens)
 def test_the_xnnpack_rewrite_shares_the_models_parameters() -> None:
     from torch import nn
 
-    from vla_edge.export.smolvla import executorch_stages
+    from vla_edge.archs.smolvla.programs import executorch_stages
 
     model = randomised()
     ours = {id(p) for p in model.parameters()}
@@ -602,7 +602,7 @@ def test_the_xnnpack_rewrite_shares_the_models_parameters() -> None:
 
 def test_8da4w_is_not_exported_to_onnx(tokenizer, tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"quant = '8da4w' with backend 'onnx'"):
-        export_smolvla(randomised(), tmp_path, "onnx", "8da4w", **export_kwargs(tokenizer))
+        export_model(randomised(), tmp_path, "onnx", "8da4w", **export_kwargs(tokenizer))
 
 
 # ---------------------------------------------------------------- ONNX
@@ -686,7 +686,7 @@ def test_a_changed_export_directory_is_refused_naming_the_field(root, tokenizer,
 
 
 # ---------------------------------------------------------------- ExecuTorch
-# Each stage is SmolVLA's own XNNPACK rewrite (smolvla_xnnpack), so each lowers to one
+# Each stage is SmolVLA's own XNNPACK rewrite (archs/smolvla/xnnpack.py), so each lowers to one
 # XNNPACK call; only the token lookup (a gather) stays outside (NOT_DELEGATED_WHY). make
 # test lowers the 8da4w programs only (about 40 s; fp32, ("fp32", 1e-3), lowers the same
 # graph without the quantisation in about 35 s more, at 5e-8 of range; the rewritten graph
@@ -699,7 +699,7 @@ def test_executorch_programs_are_delegated_and_equal_eager_torch(
 ) -> None:
     folder = exported(root, tokenizer, "executorch", quant)
     manifest = load_manifest(folder)
-    assert manifest.data["exporter"]["executorch_stages"] == "vla_edge.export.smolvla_xnnpack"
+    assert manifest.data["exporter"]["executorch_stages"] == "vla_edge.archs.smolvla.xnnpack"
     stages = manifest.data["stages"]
     for name, entry in stages.items():
         delegation = entry["delegation"]
@@ -790,14 +790,14 @@ def test_vla_edge_export_policy_runs_an_imported_smolvla_directory(tokenizer, tm
 
 
 @pytest.mark.slow  # imports a tiny π0 checkpoint
-def test_the_smolvla_exporter_refuses_another_architectures_policy_dir(tmp_path) -> None:
+def test_the_smolvla_model_loader_refuses_another_architectures_policy_dir(tmp_path) -> None:
     from test_export_pi0 import train_tokenizer, write_openpi_checkpoint
 
     from vla_edge.archs.common import ImportOptions
     from vla_edge.archs.importer import default_robot, import_checkpoint
     from vla_edge.archs.pi0 import Pi0Config, Pi0Model
     from vla_edge.archs.pi0.config import GemmaSize
-    from vla_edge.export.smolvla import export_policy_dir
+    from vla_edge.archs.smolvla.programs import load_policy_model
 
     torch.manual_seed(1)
     source = Pi0Model(Pi0Config.tiny(expert=GemmaSize.dummy(), action_horizon=H, max_token_len=48))
@@ -813,6 +813,6 @@ def test_the_smolvla_exporter_refuses_another_architectures_policy_dir(tmp_path)
     )
     out = tmp_path / "export"
     with pytest.raises(ConfigError, match=r"architecture = 'pi0': the SmolVLA exporter") as info:
-        export_policy_dir(policy_dir, out, "onnx")
+        load_policy_model(policy_dir)
     assert type(info.value) is ConfigError
     assert not out.exists()

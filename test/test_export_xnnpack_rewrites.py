@@ -2,7 +2,7 @@ import torch
 from policy_synthetic import tiny_config
 from torch import nn
 
-from vla_edge.export.stages import example_inputs
+from vla_edge.archs.bundled.stages import example_inputs
 from vla_edge.export.xnnpack_rewrites import (
     XnnpackAttention,
     XnnpackGroupNorm,

@@ -25,14 +25,14 @@ from vla_edge.archs.importer import Robot, default_robot, import_checkpoint
 from vla_edge.archs.policy_dir import FORMAT, load_policy_dir
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel, SmolVLMTextSize
 from vla_edge.archs.smolvla import checkpoint as ckpt_module
-from vla_edge.archs.smolvla.checkpoint import expected_shapes, infer_config, load_smolvla_weights
-from vla_edge.archs.smolvla.layout import LM_HEAD, to_lerobot
-from vla_edge.bench.arch_loop import (
+from vla_edge.archs.smolvla.bench import (
     POST_STATS,
     PRE_STATS,
     smolvla_config_json,
     write_smolvla_checkpoint,
 )
+from vla_edge.archs.smolvla.checkpoint import expected_shapes, infer_config, load_smolvla_weights
+from vla_edge.archs.smolvla.layout import LM_HEAD, to_lerobot
 from vla_edge.cli import main
 from vla_edge.core.errors import (
     ActionSpaceError,

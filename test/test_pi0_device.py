@@ -148,7 +148,7 @@ def device_stages(stages, device: torch.device, graphs: bool) -> dict[str, Devic
 
 def device_chunk(stages, run: dict[str, DeviceStage], x: dict[str, torch.Tensor]):
     """The three stages through ``run``, the head's K calls as the manifest declares them."""
-    from vla_edge.export.manifest import run_stage
+    from vla_edge.runners.stage_loop import run_stage
 
     inputs, outputs = stages.inputs(), stages.outputs()
     repeat = stage_repeat(

@@ -41,8 +41,8 @@ from vla_edge.config.models import ControllerConfig, SafetyConfig
 from vla_edge.config.paths import scene_xml_path
 from vla_edge.core.errors import ActionSpaceError, NonFiniteChunkError, RemoteRunnerError
 from vla_edge.core.types import Observation
+from vla_edge.export.architecture import TABLETOP_MJCF, export_policy_dir, manifest_action_space
 from vla_edge.export.manifest import MANIFEST_NAME, load_manifest
-from vla_edge.export.pi0 import TABLETOP_MJCF, export_policy_dir, manifest_action_space
 from vla_edge.runners.exported import ExportedRunner
 from vla_edge.runners.factory import make_runner
 from vla_edge.runners.onnx_runner import OnnxRunner
@@ -460,7 +460,7 @@ def test_vla_edge_launch_sim_runs_an_imported_pi0_export_with_real_processes(
 
 def test_the_parity_gate_compares_an_imported_export_with_its_eager_stages(exports) -> None:
     from vla_edge.core.errors import ParityGateError
-    from vla_edge.export.pi0 import reference_stages
+    from vla_edge.export.architecture import reference_stages
     from vla_edge.runners.parity import check_parity, export_parity
     from vla_edge.sim.frames import expert_observations
 

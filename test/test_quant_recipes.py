@@ -12,10 +12,11 @@ import torch
 from export_fixtures import exported, tiny_checkpoint
 from torch import nn
 
+from vla_edge.archs.host import TensorSpec
 from vla_edge.cli import main as cli_main
 from vla_edge.core.errors import ConfigError, ParityGateError
 from vla_edge.export.executorch_export import export_stage_executorch
-from vla_edge.export.manifest import QUANTS, TensorSpec, load_manifest
+from vla_edge.export.manifest import QUANTS, load_manifest
 from vla_edge.export.quant_recipes import (
     QuantRecipe,
     Scheme,

@@ -28,6 +28,7 @@ import pytest
 import torch
 from torch import nn
 
+from vla_edge.archs.normalisation import codec_from_section, mean_std_section
 from vla_edge.core.errors import InvalidObservationError, ManifestMismatchError
 from vla_edge.core.types import Observation
 from vla_edge.export.manifest import (
@@ -38,7 +39,6 @@ from vla_edge.export.manifest import (
     file_sha256,
     load_manifest,
 )
-from vla_edge.export.normalisation import codec_from_section, mean_std_section
 from vla_edge.export.pipeline import export_architecture
 from vla_edge.export.stages import StageProgram
 from vla_edge.policy.normalize import ActionCodec, NormStats

@@ -10,14 +10,16 @@ import pytest
 import torch
 from export_fixtures import edited_export, observation, shared_onnx_export
 
+from vla_edge.archs.host import TensorSpec
 from vla_edge.archs.pi0 import Pi0Config, Pi0Model, build_stages
 from vla_edge.archs.pi0.layers import euler_times, sinusoidal_time_embedding
 from vla_edge.archs.smolvla import SmolVLAConfig, SmolVLAModel
 from vla_edge.archs.smolvla import build_stages as smolvla_stages
 from vla_edge.archs.smolvla.layers import flow_times
 from vla_edge.core.errors import ManifestMismatchError
-from vla_edge.export.manifest import TensorSpec, load_manifest, run_stage, stage_repeat
+from vla_edge.export.manifest import load_manifest, stage_repeat
 from vla_edge.runners.onnx_runner import OnnxRunner
+from vla_edge.runners.stage_loop import run_stage
 
 CHUNK = (1, 4, 2)
 INPUTS = (

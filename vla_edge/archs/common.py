@@ -1,6 +1,6 @@
 """What every architecture shares: tensor declarations, key checks, safetensors I/O.
 
-* :class:`TensorSpec`: one stage input or output (every architecture's ``stages`` module).
+* :class:`TensorSpec` (defined in :mod:`vla_edge.archs.host`): one stage input or output.
 * :class:`KeyReport`, :func:`compare_keys`, :func:`format_key_report`: a checkpoint's keys
   and shapes against the layout a config expects, and the
   :class:`~vla_edge.core.errors.CheckpointKeysError` message naming what does not fit.
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from vla_edge.archs.host import TensorSpec as TensorSpec
 from vla_edge.core.errors import CheckpointError, CheckpointKeysError
 
 WEIGHTS_NAME = "model.safetensors"
@@ -40,20 +41,6 @@ COPY_BLOCK_BYTES = 64 << 20
 """Bytes copied at a time when rewriting the weights (:func:`copy_tensors`)."""
 DTYPE_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
 """safetensors dtype names → torch's."""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One stage input or output.
-
-    ``source`` is ``host:<name>``, ``stage:<stage>.<output>``, or ``output`` for a stage's
-    own output.
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    source: str
 
 
 # -- keys ------------------------------------------------------------------------------------

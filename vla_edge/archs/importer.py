@@ -306,15 +306,13 @@ def import_checkpoint(
     """
     from vla_edge.archs import registry
     from vla_edge.archs.common import ImportOptions
-    from vla_edge.archs.policy_dir import (
-        camera_map,
-        check_output_dir,
+    from vla_edge.archs.policy_tokenizer import (
         hf_tokenizer_entry,
         sha256_file,
         tokenizer_entry,
         tokenizer_files,
-        write_policy_dir,
     )
+    from vla_edge.archs.policy_write import camera_map, check_output_dir, write_policy_dir
 
     out, checkpoint, tokenizer = Path(out), Path(checkpoint), Path(tokenizer)
     options = options or ImportOptions()

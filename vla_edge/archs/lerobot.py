@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.archs.common import WEIGHTS_NAME, read_json, read_tensors
-from vla_edge.archs.policy_dir import SECTION_STATS, make_normalisation, stat_vector
+from vla_edge.archs.policy_stats import SECTION_STATS, make_normalisation, stat_vector
 from vla_edge.core.errors import NormStatsError
 
 PREPROCESSOR_NAME = "policy_preprocessor.json"

@@ -1,7 +1,9 @@
 """The policy directory: an imported third-party policy, ready for the exporter and the runners.
 
-``vla-edge import`` (:mod:`vla_edge.cli.import_policy`) writes it; :func:`load_policy_dir`
-reads and validates it::
+``vla-edge import`` (:mod:`vla_edge.cli.import_policy`) writes it
+(:mod:`vla_edge.archs.policy_write`, with the tokenizer entry of
+:mod:`vla_edge.archs.policy_tokenizer` and the normalisation of
+:mod:`vla_edge.archs.policy_stats`); :func:`load_policy_dir` reads and validates it::
 
     DIR/policy.yaml         format vla_edge.policy.v1 (below)
     DIR/model.safetensors   the weights in this package's key layout (no pickle)
@@ -57,25 +59,22 @@ the runner (:class:`vla_edge.actions.StateSpace`), which this layer does not imp
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from vla_edge.archs import registry
+from vla_edge.archs.host import POLICY_PROMPT_FORMATS
+from vla_edge.archs.policy_stats import SECTION_STATS, check_normalisation
+from vla_edge.archs.policy_tokenizer import sha256_file
 from vla_edge.core.errors import (
     CameraMapError,
     ConfigError,
     NormStatsError,
-    OutputExistsError,
     PolicyDirError,
     TokenizerMismatchError,
     UnknownArchitectureError,
@@ -84,334 +83,11 @@ from vla_edge.core.errors import (
 FORMAT = "vla_edge.policy.v1"
 POLICY_FILE = "policy.yaml"
 WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "tokenizer.model"
-TOKENIZER_DIR = "tokenizer"
-"""Where a Hugging Face tokenizer directory's files go."""
-HF_TOKENIZER_JSON = "tokenizer.json"
-HF_TOKENIZER_FILES = (
-    HF_TOKENIZER_JSON,
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.json",
-    "chat_template.jinja",
-)
-"""The files of a Hugging Face tokenizer directory that are copied (``tokenizer.json``
-required); weights or processor files next to them are not."""
-PROMPT_FORMATS = ("pi0", "pi05_state", "smolvla")
+PROMPT_FORMATS = POLICY_PROMPT_FORMATS
 """``pi0``: ``encode(clean(task), bos) + encode("\\n")``; ``pi05_state``: π0.5's
 ``"Task: ..., State: <256 bins>;\\nAction: "`` with BOS (:mod:`vla_edge.archs.pi0.prompt`);
 ``smolvla``: LeRobot's ``task + "\\n"``, right-padded to ``max_token_len`` with a mask."""
 RESIZE_MODES = ("pad", "pad_top_left")
-
-SECTION_STATS = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
-"""Each normalisation kind's statistics (low, high)."""
-
-DEFAULT_CAMERAS: dict[str, str | None] = {
-    "base_0_rgb": "agentview",
-    "left_wrist_0_rgb": "wrist",
-    "right_wrist_0_rgb": None,
-    "image": "agentview",
-    "wrist_image": "wrist",
-}
-"""Default robot camera per checkpoint slot (openpi's slots; LIBERO's LeRobot feature names)."""
-IMAGES_PREFIX = "observation.images."
-"""LeRobot's image feature prefix (SmolVLA keeps it in its slot names)."""
-MASKED = ("none", "null", "")
-"""``--camera SLOT=none`` masks a slot."""
-
-
-def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks (a full-size checkpoint is gigabytes)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# -- the parts ------------------------------------------------------------------------------
-
-
-def camera_map(
-    slots: Sequence[str],
-    robot_cameras: Sequence[str],
-    overrides: Mapping[str, str | None] | None = None,
-) -> list[dict[str, str | None]]:
-    """Each slot's robot camera (``None``: masked): the overrides, else :data:`DEFAULT_CAMERAS`.
-
-    A slot without a default takes the robot camera of the same name, or is masked. LeRobot's
-    full feature names (``observation.images.wrist``) are looked up without the prefix.
-
-    Raises:
-        CameraMapError: an override names a slot the model lacks, a slot maps to a camera
-            the robot lacks, or every slot is masked.
-    """
-    overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - set(slots))
-    if unknown:
-        raise CameraMapError(
-            f"camera map: {unknown} not image slots of the checkpoint (slots: {list(slots)})"
-        )
-    out = []
-    for slot in slots:
-        given = slot in overrides
-        short = slot.removeprefix(IMAGES_PREFIX)
-        camera = overrides[slot] if given else DEFAULT_CAMERAS.get(short, short)
-        if not given and short not in DEFAULT_CAMERAS and camera not in robot_cameras:
-            camera = None
-        if camera is not None and camera not in robot_cameras:
-            how = "" if given else " (the default)"
-            raise CameraMapError(
-                f"camera map: slot {slot} <- {camera!r}{how}: the robot has no camera "
-                f"{camera!r} (cameras: {list(robot_cameras)}); pass --camera {slot}=CAMERA "
-                f"or --camera {slot}=none"
-            )
-        out.append({"name": slot, "camera": camera})
-    if all(entry["camera"] is None for entry in out):
-        raise CameraMapError(
-            f"camera map: every slot {list(slots)} is masked; map one to a robot camera "
-            f"({list(robot_cameras)}) with --camera SLOT=CAMERA"
-        )
-    return out
-
-
-def stat_vector(values: Any, where: str) -> list[float]:
-    """A finite, non-empty list of statistics (``where`` names it in errors)."""
-    try:
-        arr = np.asarray(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError) as exc:
-        raise NormStatsError(f"{where} is not a list of numbers: {exc}") from exc
-    if arr.size == 0:
-        raise NormStatsError(f"{where} is empty")
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if bad.size:
-        raise NormStatsError(
-            f"{where}[{int(bad[0])}] = {arr[bad[0]]} is not finite ({bad.size} such values)"
-        )
-    return [float(v) for v in arr]
-
-
-def check_part(part: Mapping[str, Any], epsilon: float, where: str) -> None:
-    """One part (``state`` / ``actions``) of a section: finite, equal lengths, width > 0."""
-    kind = part.get("kind")
-    if kind not in SECTION_STATS:
-        raise NormStatsError(f"{where}.kind = {kind!r}, expected one of {tuple(SECTION_STATS)}")
-    lo_name, hi_name = SECTION_STATS[kind]
-    lo = np.asarray(stat_vector(part.get(lo_name), f"{where}.{lo_name}"))
-    hi = np.asarray(stat_vector(part.get(hi_name), f"{where}.{hi_name}"))
-    if lo.shape != hi.shape:
-        raise NormStatsError(
-            f"{where}: {lo_name} has {lo.size} values and {hi_name} {hi.size}: one per dimension"
-        )
-    width = hi + epsilon if kind == "mean_std" else hi - lo + epsilon
-    bad = np.flatnonzero(width <= 0.0)
-    if bad.size:
-        what = f"{hi_name} + epsilon" if kind == "mean_std" else f"{hi_name} - {lo_name} + epsilon"
-        i = int(bad[0])
-        raise NormStatsError(
-            f"{where}[{i}]: {what} = {width[i]} must be > 0 (a negative width; "
-            f"{bad.size} such dimensions)"
-        )
-
-
-def make_normalisation(
-    state: dict[str, Any],
-    actions: dict[str, Any],
-    epsilon: float,
-    delta_actions: Sequence[int] | Sequence[bool] | None,
-    source: str,
-) -> dict[str, Any]:
-    """A validated ``normalisation`` section.
-
-    ``kind`` is the parts' common kind, or ``per_part`` when the state and the actions
-    are normalised differently (each part always names its own ``kind``).
-    """
-    for name, part in (("state", state), ("actions", actions)):
-        check_part(part, epsilon, f"{source}: {name}")
-    n_actions = len(actions[SECTION_STATS[actions["kind"]][0]])
-    if delta_actions is None:
-        mask = [False] * n_actions
-    elif all(isinstance(d, bool) for d in delta_actions):
-        mask = [bool(d) for d in delta_actions][:n_actions]
-        mask += [False] * (n_actions - len(mask))
-    else:
-        bad = [i for i in delta_actions if not 0 <= int(i) < n_actions]
-        if bad:
-            raise NormStatsError(
-                f"delta_actions = {list(delta_actions)}: {bad} outside the {n_actions} "
-                "action dimensions of the statistics"
-            )
-        mask = [i in set(delta_actions) for i in range(n_actions)]
-    kind = state["kind"] if state["kind"] == actions["kind"] else "per_part"
-    return {
-        "kind": kind,
-        "epsilon": float(epsilon),
-        "state": state,
-        "actions": actions,
-        "delta_actions": mask,
-    }
-
-
-def check_normalisation(section: Any, source: str) -> None:
-    """Validate a ``normalisation`` section (finite statistics, every width > 0)."""
-    if not isinstance(section, Mapping):
-        raise NormStatsError(f"{source}: normalisation must be a mapping")
-    epsilon = section.get("epsilon")
-    if (
-        isinstance(epsilon, bool)
-        or not isinstance(epsilon, int | float)
-        or not math.isfinite(epsilon)
-        or epsilon < 0
-    ):
-        raise NormStatsError(f"{source}: normalisation.epsilon = {epsilon!r}, expected >= 0")
-    kinds = set()
-    for part in ("state", "actions"):
-        raw = section.get(part)
-        if not isinstance(raw, Mapping):
-            raise NormStatsError(f"{source}: normalisation.{part} is missing")
-        check_part(raw, float(epsilon), f"{source}: normalisation.{part}")
-        kinds.add(raw["kind"])
-    actions = section["actions"]
-    n_actions = len(actions[SECTION_STATS[actions["kind"]][0]])
-    delta = section.get("delta_actions")
-    if (
-        not isinstance(delta, list)
-        or len(delta) != n_actions
-        or not all(isinstance(d, bool) for d in delta)
-    ):
-        raise NormStatsError(
-            f"{source}: normalisation.delta_actions = {delta!r}, expected {n_actions} booleans "
-            "(one per action statistic)"
-        )
-    expected = kinds.pop() if len(kinds) == 1 else "per_part"
-    if section.get("kind") != expected:
-        raise NormStatsError(
-            f"{source}: normalisation.kind = {section.get('kind')!r}, expected {expected!r} "
-            "(the parts' kind)"
-        )
-
-
-def tokenizer_entry(path: Path, vocab_size: int, max_token_len: int) -> dict[str, Any]:
-    """Check a SentencePiece model against the embedding table; its ``tokenizer`` entry.
-
-    Raises:
-        TokenizerMismatchError: unreadable, or more pieces than ``vocab_size`` rows.
-    """
-    import sentencepiece
-
-    path = Path(path)
-    if not path.is_file():
-        raise TokenizerMismatchError(f"{path}: tokenizer file not found")
-    try:
-        processor = sentencepiece.SentencePieceProcessor(model_file=str(path))
-        pieces = int(processor.get_piece_size())
-    except Exception as exc:  # sentencepiece raises OSError or RuntimeError by version
-        raise TokenizerMismatchError(f"{path}: not a SentencePiece model: {exc}") from exc
-    if pieces > vocab_size:
-        raise TokenizerMismatchError(
-            f"{path}: the tokenizer has {pieces} pieces but the model's embedding table has "
-            f"{vocab_size} rows (config.vocab_size): ids >= {vocab_size} have no embedding; "
-            "pass the tokenizer the checkpoint was trained with (PaliGemma's)"
-        )
-    return {
-        "file": TOKENIZER_FILE,
-        "kind": "sentencepiece",
-        "sha256": sha256_file(path),
-        "vocab_size": pieces,
-        "max_token_len": int(max_token_len),
-    }
-
-
-def hf_tokenizer_entry(path: Path, vocab_size: int, max_token_len: int) -> dict[str, Any]:
-    """Check a Hugging Face tokenizer directory against the embedding table; its entry.
-
-    ``tokenizer.json`` is read with the ``tokenizers`` library (nothing is fetched); every
-    id, added tokens included, must have a row. The entry lists the files that are copied
-    (:data:`HF_TOKENIZER_FILES` present in ``path``) with their hashes.
-
-    Raises:
-        TokenizerMismatchError: not a directory with a readable ``tokenizer.json``, or an id
-            ``>= vocab_size``.
-    """
-    from tokenizers import Tokenizer
-
-    path = Path(path)
-    if not path.is_dir():
-        what = "is a file" if path.is_file() else "not found"
-        raise TokenizerMismatchError(
-            f"{path}: {what}; expected a Hugging Face tokenizer directory with "
-            f"{HF_TOKENIZER_JSON} (SmolVLM2's; nothing is fetched)"
-        )
-    json_path = path / HF_TOKENIZER_JSON
-    if not json_path.is_file():
-        found = sorted(p.name for p in path.iterdir())[:12]
-        raise TokenizerMismatchError(
-            f"{path}: no {HF_TOKENIZER_JSON} (found: {found}); expected a Hugging Face "
-            "tokenizer directory"
-        )
-    try:
-        tokenizer = Tokenizer.from_file(str(json_path))
-        vocab = tokenizer.get_vocab(with_added_tokens=True)
-    except Exception as exc:  # tokenizers raises its own Exception subclasses
-        raise TokenizerMismatchError(f"{json_path}: not a readable tokenizer: {exc}") from exc
-    ids = max(vocab.values()) + 1 if vocab else 0
-    if ids > vocab_size:
-        top = max(vocab, key=vocab.__getitem__)
-        raise TokenizerMismatchError(
-            f"{json_path}: the tokenizer's ids reach {ids - 1} ({top!r}) but the model's "
-            f"embedding table has {vocab_size} rows (config.text.vocab_size): ids >= "
-            f"{vocab_size} have no embedding; pass the tokenizer the checkpoint was trained "
-            "with (its vlm_model_name's)"
-        )
-    files = {
-        name: sha256_file(path / name) for name in HF_TOKENIZER_FILES if (path / name).is_file()
-    }
-    entry: dict[str, Any] = {
-        "file": f"{TOKENIZER_DIR}/{HF_TOKENIZER_JSON}",
-        "kind": "huggingface",
-        "dir": TOKENIZER_DIR,
-        "files": files,
-        "sha256": files[HF_TOKENIZER_JSON],
-        "vocab_size": ids,
-        "max_token_len": int(max_token_len),
-    }
-    pad = _pad_token(path / "tokenizer_config.json")
-    if pad is not None and tokenizer.token_to_id(pad) is not None:
-        entry["pad_token"] = pad
-        entry["pad_token_id"] = int(tokenizer.token_to_id(pad))
-    return entry
-
-
-def _pad_token(config_path: Path) -> str | None:
-    """``pad_token`` of a ``tokenizer_config.json`` (a string or an AddedToken mapping)."""
-    import json
-
-    try:
-        pad = json.loads(config_path.read_text()).get("pad_token")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if isinstance(pad, Mapping):
-        pad = pad.get("content")
-    return pad if isinstance(pad, str) else None
-
-
-def tokenizer_files(entry: Mapping[str, Any], src: Path) -> dict[str, Path]:
-    """The files to copy for a tokenizer ``entry``: policy-directory path → source."""
-    if entry["kind"] == "huggingface":
-        return {f"{entry['dir']}/{name}": Path(src) / name for name in entry["files"]}
-    return {str(entry["file"]): Path(src)}
-
-
-def check_output_dir(out: Path, force: bool) -> None:
-    """Refuse an existing output directory unless ``force``."""
-    if out.exists() and not force:
-        raise OutputExistsError(f"{out}: exists; pass --force to replace it")
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError(f"{out}: exists and is not a directory")
-
 
 # -- the directory -----------------------------------------------------------------------
 
@@ -707,70 +383,4 @@ def load_policy_dir(path: str | Path, verify_sha256: bool = False) -> PolicyDir:
     return policy
 
 
-def write_policy_dir(
-    out: Path,
-    data: Mapping[str, Any],
-    write_weights: Callable[[Path, Mapping[str, str]], None],
-    weights_dtypes: Sequence[str],
-    tokenizer_src: Path | Mapping[str, Path],
-    force: bool = False,
-) -> PolicyDir:
-    """Write a policy directory atomically: into a sibling temporary, then renamed.
-
-    ``data`` is ``policy.yaml``'s content without ``weights`` (filled here);
-    ``write_weights(path, metadata)`` writes the safetensors file (no pickle);
-    ``tokenizer_src`` is the SentencePiece model, or :func:`tokenizer_files`' mapping. The
-    content is validated before it is renamed into place; nothing is left behind on
-    failure.
-    """
-    out = Path(out)
-    check_output_dir(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        weights = tmp / WEIGHTS_FILE
-        write_weights(
-            weights, {"format": "pt", "policy_format": FORMAT, "architecture": data["architecture"]}
-        )
-        if not isinstance(tokenizer_src, Mapping):
-            tokenizer_src = {TOKENIZER_FILE: Path(tokenizer_src)}
-        for name, src in tokenizer_src.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, tmp / name)
-        content = {
-            **data,
-            "weights": {
-                "file": WEIGHTS_FILE,
-                "sha256": sha256_file(weights),
-                "dtypes": list(weights_dtypes),
-            },
-        }
-        policy = policy_from_dict(content, tmp)  # refuse to write what would not load
-        order = [k for k in policy.to_dict() if k in content]
-        text = yaml.safe_dump(
-            {k: content[k] for k in order}, sort_keys=False, default_flow_style=None, width=100
-        )
-        (tmp / POLICY_FILE).write_text(text)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return load_policy_dir(out)
-
-
-__all__ = [
-    "FORMAT",
-    "PolicyDir",
-    "camera_map",
-    "hf_tokenizer_entry",
-    "check_normalisation",
-    "check_output_dir",
-    "load_policy_dir",
-    "policy_from_dict",
-    "sha256_file",
-    "tokenizer_entry",
-    "tokenizer_files",
-    "write_policy_dir",
-]
+__all__ = ["FORMAT", "TABLETOP_ROBOT", "PolicyDir", "load_policy_dir", "policy_from_dict"]

@@ -24,20 +24,8 @@ import torch
 from torch import nn
 
 from vla_edge.archs.common import TensorSpec
-
-HOST_INPUTS = (
-    "images",
-    "image_mask",
-    "token_ids",
-    "token_mask",
-    "state",
-    "noise",
-    "prefix_actions",
-    "prefix_mask",
-)
-"""Names of the tensors the host feeds."""
-
-STAGE_NAMES = ("vision_encoder", "fusion", "action_head")
+from vla_edge.archs.host import HOST_INPUTS as HOST_INPUTS
+from vla_edge.archs.host import STAGE_NAMES as STAGE_NAMES
 
 
 class StageSet:

@@ -296,12 +296,12 @@ def fit_search(
     args: argparse.Namespace, cameras: int, backend: str, quant: str, stage: str, folder: Path
 ) -> dict[str, Any] | None:
     """The deepest version of ``stage`` (halving its layer count) whose export fits."""
-    from vla_edge.bench.arch_models import DEPTH_FIELDS, model_config
+    from vla_edge.bench.arch_models import depth_fields, model_config
 
-    if args.arch == "smolvla":
+    if stage not in depth_fields(args.arch):
         return None
     config = model_config(args.arch, args.size, cameras)
-    fields = DEPTH_FIELDS[stage]
+    fields = depth_fields(args.arch)[stage]
     depth = getattr(config, fields[0]).depth
     tried = []
     while depth > 1:
@@ -538,14 +538,14 @@ def summarize(models: dict[str, Any]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, parity_only: bool = False) -> int:
     """Write the JSON of ``bench latency --arch`` (or ``bench parity --arch``)."""
-    from vla_edge.bench.arch_models import ARCHS, SIZES
+    from vla_edge.bench.arch_models import SIZES, bench_archs
     from vla_edge.bench.machine import machine_info
 
     started = time.time()
-    if args.arch not in ARCHS or args.size not in SIZES:
+    if args.arch not in bench_archs() or args.size not in SIZES:
         print(
             f"vla-edge bench: --arch {args.arch} --size {args.size}: expected one of "
-            f"{ARCHS} and {SIZES}",
+            f"{bench_archs()} and {SIZES}",
             file=sys.stderr,
         )
         return 2

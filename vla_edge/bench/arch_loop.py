@@ -52,27 +52,30 @@ import numpy as np
 
 from vla_edge.core.errors import ConfigError
 
-ARCHS = ("smolvla", "pi0", "pi05")
-"""Architectures whose published layout this bench writes."""
 DT_ACTION_S = 0.1
 ACTION_STD_RAD = 0.02
 """Spread of the action statistics about the home pose (the gripper's: 5 mm)."""
 CAMERAS = ("agentview", "wrist")
 """The robot camera of the checkpoint's first and second image slots."""
-SMOLVLM2 = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
-"""The backbone LeRobot's published SmolVLA names (``vlm_model_name``)."""
-PRE_STATS = "policy_preprocessor_step_5_normalizer_processor.safetensors"
-POST_STATS = "policy_postprocessor_step_0_unnormalizer_processor.safetensors"
 TIMED_CHUNKS = 5
-OPENPI_ASSET_ID = "tabletop"
-"""The asset directory of the openpi checkpoint's statistics."""
 SPM_VOCAB = 400
 """Pieces of the SentencePiece model (PaliGemma's has 257,152; any smaller fits its table)."""
 
 
+def loop_archs() -> tuple[str, ...]:
+    """Architectures whose published layout this bench writes (their bench hooks say)."""
+    from vla_edge.archs import registry
+
+    return tuple(
+        name
+        for name, arch in registry.ARCHITECTURES.items()
+        if arch.bench is not None and arch.importable
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``vla-edge bench loop``."""
-    parser.add_argument("--arch", choices=ARCHS, default="smolvla")
+    parser.add_argument("--arch", choices=loop_archs(), default="smolvla")
     parser.add_argument("--size", choices=("full", "small"), default="full")
     parser.add_argument(
         "--cameras",
@@ -109,141 +112,6 @@ def home_statistics(std_rad: float = ACTION_STD_RAD) -> dict[str, np.ndarray]:
         "action.mean": home,
         "action.std": action_std,
     }
-
-
-def smolvla_config_json(
-    config: Any, state_dim: int, action_dim: int, vlm_model_name: str = SMOLVLM2
-) -> dict[str, Any]:
-    """``config.json`` as LeRobot's ``SmolVLAPolicy.save_pretrained`` writes it."""
-    visual = {"type": "VISUAL", "shape": [3, 480, 640]}
-    return {
-        "type": "smolvla",
-        "vlm_model_name": vlm_model_name,
-        "load_vlm_weights": False,
-        "num_vlm_layers": config.num_vlm_layers,
-        "num_expert_layers": -1,
-        "expert_width_multiplier": config.expert_width_multiplier,
-        "self_attn_every_n_layers": config.self_attn_every_n_layers,
-        "attention_mode": "cross_attn",
-        "chunk_size": config.chunk_size,
-        "n_action_steps": config.chunk_size,
-        "max_state_dim": config.state_dim,
-        "max_action_dim": config.action_dim,
-        "num_steps": config.flow_steps,
-        "resize_imgs_with_padding": [config.vision.image_size] * 2,
-        "tokenizer_max_length": config.max_token_len,
-        "pad_language_to": "longest",
-        "add_image_special_tokens": False,
-        "empty_cameras": 0,
-        "min_period": config.min_period,
-        "max_period": config.max_period,
-        "normalization_mapping": {"VISUAL": "IDENTITY", "STATE": "MEAN_STD", "ACTION": "MEAN_STD"},
-        "input_features": {
-            "observation.state": {"type": "STATE", "shape": [state_dim]},
-            **{slot: visual for slot in config.image_slots},
-        },
-        "output_features": {"action": {"type": "ACTION", "shape": [action_dim]}},
-    }
-
-
-def write_smolvla_checkpoint(
-    out: Path, model: Any, stats: dict[str, np.ndarray], vlm_model_name: str = SMOLVLM2
-) -> Path:
-    """``model`` in LeRobot's pretrained layout, with the processors' statistics files.
-
-    ``stats``: LeRobot's keys (``observation.state.mean``, ``action.std``, ...); the
-    feature widths in ``config.json`` are theirs.
-    """
-    import torch
-    from safetensors.numpy import save_file as save_numpy
-    from safetensors.torch import save_file
-
-    from vla_edge.archs.smolvla.layout import LM_HEAD, to_lerobot
-
-    c = model.config
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = to_lerobot({k: v.contiguous() for k, v in model.state_dict().items()})
-    tensors[LM_HEAD] = torch.zeros(c.text.vocab_size, c.text.width)  # SmolVLM2's, unread
-    save_file(tensors, str(out / "model.safetensors"))
-    del tensors
-    widths = (int(stats["observation.state.mean"].size), int(stats["action.mean"].size))
-    config_json = smolvla_config_json(c, *widths, vlm_model_name=vlm_model_name)
-    (out / "config.json").write_text(json.dumps(config_json, indent=1))
-    save_numpy(stats, str(out / PRE_STATS))
-    save_numpy({k: v for k, v in stats.items() if k.startswith("action.")}, str(out / POST_STATS))
-    norm = {"eps": 1e-8, "features": {}, "norm_map": {"VISUAL": "IDENTITY"}}
-    before = ["rename_observations", "to_batch", "smolvla_new_line", "tokenizer", "device"]
-    steps = [{"registry_name": f"{name}_processor", "config": {}} for name in before]
-    steps.append({"registry_name": "normalizer_processor", "config": norm, "state_file": PRE_STATS})
-    unnormalize = {"registry_name": "unnormalizer_processor", "config": norm}
-    pipelines = {
-        "policy_preprocessor.json": {"name": "policy_preprocessor", "steps": steps},
-        "policy_postprocessor.json": {
-            "name": "policy_postprocessor",
-            "steps": [{**unnormalize, "state_file": POST_STATS}],
-        },
-    }
-    for name, pipeline in pipelines.items():
-        (out / name).write_text(json.dumps(pipeline, indent=1))
-    return out
-
-
-def openpi_statistics(stats: dict[str, np.ndarray]) -> dict[str, dict[str, list[float]]]:
-    """:func:`home_statistics` as openpi's ``norm_stats.json`` parts: mean / std, q01 / q99.
-
-    The quantiles (π0.5's normalisation) are two standard deviations either side.
-    """
-    parts = {}
-    for part, key in (("state", "observation.state"), ("actions", "action")):
-        mean, std = stats[f"{key}.mean"], stats[f"{key}.std"]
-        parts[part] = {
-            "mean": mean.tolist(),
-            "std": std.tolist(),
-            "q01": (mean - 2.0 * std).tolist(),
-            "q99": (mean + 2.0 * std).tolist(),
-        }
-    return parts
-
-
-def write_openpi_checkpoint(
-    out: Path,
-    model: Any,
-    norm_stats: dict[str, dict[str, list[float]]],
-    variants: tuple[str, str] = ("gemma_2b", "gemma_300m"),
-    asset_id: str = OPENPI_ASSET_ID,
-) -> Path:
-    """``model`` (a Pi0Model) in openpi's converted PyTorch layout.
-
-    ``model.safetensors`` (openpi's keys: the tied embedding dropped, the expert's unused
-    ``lm_head`` written), ``config.json`` with the Gemma ``variants`` (PaliGemma's, the
-    expert's), and ``assets/<asset_id>/norm_stats.json`` with ``norm_stats``
-    (``{"state": {...}, "actions": {...}}``, each with ``mean``, ``std``, ``q01``, ``q99``).
-    The tensors are written from the model's own memory (a full-size π0 is not copied).
-    """
-    import torch
-    from safetensors.torch import save_file
-
-    from vla_edge.archs.pi0.layout import FILE_DROPS, UNUSED
-
-    c = model.config
-    out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.contiguous() for k, v in model.state_dict().items() if k not in FILE_DROPS}
-    tensors[UNUSED[0]] = torch.zeros(c.vocab_size, c.expert.width)
-    save_file(tensors, str(out / "model.safetensors"))
-    del tensors
-    config = {
-        "action_dim": c.action_dim,
-        "action_horizon": c.action_horizon,
-        "max_token_len": c.max_token_len,
-        "paligemma_variant": variants[0],
-        "action_expert_variant": variants[1],
-        "precision": "float32",
-    }
-    (out / "config.json").write_text(json.dumps(config, indent=1))
-    assets = out / "assets" / asset_id
-    assets.mkdir(parents=True, exist_ok=True)
-    (assets / "norm_stats.json").write_text(json.dumps({"norm_stats": norm_stats}, indent=1))
-    return out
 
 
 def write_sentencepiece_tokenizer(
@@ -303,6 +171,14 @@ def write_word_tokenizer(out: Path) -> Path:
     return out
 
 
+TOKENIZER_WRITERS: dict[str, tuple[Callable[[Path], Path], str | None]] = {
+    "sentencepiece": (write_sentencepiece_tokenizer, "tokenizer.model"),
+    "huggingface": (write_word_tokenizer, None),
+}
+"""An architecture's tokenizer kind -> (the writer of one for the suite's instructions, the
+file in the ``tokenizer`` folder; ``None``: the folder itself)."""
+
+
 # -- the steps -----------------------------------------------------------------------------
 
 
@@ -317,76 +193,70 @@ def _timed(record: dict[str, Any], name: str, log: Callable[[str], None]) -> Ite
     log(f"{name}: {record[name]['wall_s']} s")
 
 
+def _hooks(arch: str) -> Any:
+    from vla_edge.archs import registry
+
+    return registry.get(arch).bench_hooks()
+
+
 def loop_model(arch: str, size: str, cameras: int, seed: int) -> Any:
     """The random-weight model the checkpoint holds (:func:`loop_model_config`'s)."""
+    from vla_edge.archs import registry
     from vla_edge.archs.common import without_default_init
-    from vla_edge.bench.arch_models import model_class, randomise
+    from vla_edge.bench.arch_models import randomise
 
     with without_default_init():
-        model = model_class(arch)(loop_model_config(arch, size, cameras))
+        model = registry.get(arch).resolve("model")(loop_model_config(arch, size, cameras))
     return randomise(model, seed).eval()
 
 
 def loop_model_config(arch: str, size: str, cameras: int) -> Any:
-    """The model at ``size`` as its published layout describes it.
+    """The model at ``size`` as its published layout describes it (its bench hooks').
 
-    SmolVLA: :func:`~vla_edge.bench.arch_models.model_config`'s, ``cameras`` slots. π0 /
-    π0.5: openpi's layout always has the three image slots (``cameras`` of them get a
-    robot camera, the others are masked), and its ``config.json`` names the Gemma sizes
-    by variant, so the small size takes openpi's ``dummy`` variant for both Gemmas.
+    SmolVLA: ``cameras`` slots. π0 / π0.5: openpi's layout always has the three image
+    slots (``cameras`` of them get a robot camera, the others are masked), and its
+    ``config.json`` names the Gemma sizes by variant, so the small size takes openpi's
+    ``dummy`` variant for both Gemmas.
     """
-    from vla_edge.bench.arch_models import model_config
-
-    if arch == "smolvla":
-        return model_config(arch, size, cameras)
-    from vla_edge.archs.pi0.config import IMAGE_SLOTS, GemmaSize, Pi0Config
-
-    if size == "full":
-        return model_config(arch, size, len(IMAGE_SLOTS))
-    return Pi0Config.tiny(pi05=arch == "pi05", expert=GemmaSize.dummy())
+    return _hooks(arch).loop_config(size, cameras)
 
 
 def write_checkpoint(args: argparse.Namespace, ckpt: Path, tokenizer: Path) -> Path:
     """Step 1: the random-weight checkpoint in its published layout and a tokenizer.
 
-    Returns the tokenizer path ``vla-edge import`` takes (a directory for SmolVLA, the
-    SentencePiece model file for π0 / π0.5).
+    Returns the tokenizer path ``vla-edge import`` takes (a directory for a Hugging Face
+    tokenizer, the SentencePiece model file for π0 / π0.5).
     """
+    from vla_edge.archs import registry
+
     model = loop_model(args.arch, args.size, args.cameras, args.seed)
-    if args.arch == "smolvla":
-        write_smolvla_checkpoint(ckpt, model, home_statistics())
-        del model
-        return write_word_tokenizer(tokenizer_path(args.arch, tokenizer))
-    variants = ("gemma_2b", "gemma_300m") if args.size == "full" else ("dummy", "dummy")
-    write_openpi_checkpoint(ckpt, model, openpi_statistics(home_statistics()), variants)
+    _hooks(args.arch).write_checkpoint(ckpt, model, home_statistics(), args.size)
     del model
-    return write_sentencepiece_tokenizer(tokenizer_path(args.arch, tokenizer))
+    writer, _ = TOKENIZER_WRITERS[registry.get(args.arch).tokenizer]
+    return writer(tokenizer_path(args.arch, tokenizer))
 
 
 def tokenizer_path(arch: str, tokenizer: Path) -> Path:
     """The tokenizer ``vla-edge import`` takes from the work dir's ``tokenizer`` folder.
 
-    The folder itself (SmolVLA's Hugging Face tokenizer) or the SentencePiece model in it
-    (π0 / π0.5).
+    The folder itself (a Hugging Face tokenizer) or the SentencePiece model in it.
     """
-    return tokenizer if arch == "smolvla" else tokenizer / "tokenizer.model"
+    from vla_edge.archs import registry
+
+    _, file = TOKENIZER_WRITERS[registry.get(arch).tokenizer]
+    return tokenizer if file is None else tokenizer / file
 
 
 def import_options(args: argparse.Namespace, config: Any) -> Any:
     """What the import is told: the architecture, and a small size's head counts."""
     from vla_edge.archs.common import ImportOptions
 
-    if args.arch == "smolvla":
-        # the published size's head counts follow from its widths; others are given
-        if args.size == "full":
-            return ImportOptions()
-        return ImportOptions(text_heads=config.text.num_heads, vision_heads=config.vision.num_heads)
-    heads = {} if args.size == "full" else {"vision_heads": config.vision.num_heads}
-    return ImportOptions(architecture=args.arch, **heads)
+    return ImportOptions(**_hooks(args.arch).import_options(args.arch, args.size, config))
 
 
 def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str], None]) -> Path:
     """Steps 1-3: checkpoint, policy directory, export (kept with ``--reuse``); the export."""
+    from vla_edge.archs import registry
     from vla_edge.archs.importer import default_robot, import_checkpoint
     from vla_edge.export.quant_recipes import resolve_recipe
 
@@ -402,7 +272,7 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
         "size": args.size,
         "cameras": args.cameras,
         "seed": args.seed,
-        "chunk_horizon": config.chunk_size if args.arch == "smolvla" else config.action_horizon,
+        "chunk_horizon": registry.get(args.arch).facts(config).chunk_horizon,
         "flow_steps": config.flow_steps,
         "image_size": config.vision.image_size,
         "backend": args.backend,
@@ -433,7 +303,7 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
                 shutil.rmtree(export)
             step["peak_rss_mb"] = export_policy(args.arch, policy, export, args.backend, recipe)
     record["artifacts"] = {
-        "parameters": model_parameters(ckpt / "model.safetensors"),
+        "parameters": model_parameters(ckpt / "model.safetensors", _hooks(args.arch).unread_keys),
         "checkpoint_bytes": (ckpt / "model.safetensors").stat().st_size,
         "export_bytes": sum(f.stat().st_size for f in export.iterdir() if f.is_file()),
     }
@@ -443,32 +313,32 @@ def prepare(args: argparse.Namespace, record: dict[str, Any], log: Callable[[str
 def export_policy(arch: str, policy: Path, export: Path, backend: str, recipe: Any) -> float:
     """Step 3 in a fresh process (``vla-edge export --policy``); its peak RSS (MiB).
 
-    π0 / π0.5 export with ``--low-memory`` (one process per stage). The peak is the
+    An architecture whose export hooks read one stage's weights (π0 / π0.5) exports with
+    ``--low-memory`` (one process per stage). The peak is the
     largest of the processes this one has waited for (the kernel's ``RUSAGE_CHILDREN``,
     grandchildren included), read after the export; nothing before it here is as large.
     """
     import resource
 
+    from vla_edge.archs import registry
+
+    low_memory = registry.get(arch).export_hooks().low_memory
     argv = ["export", "--policy", str(policy), "--backend", backend, "--quant", recipe.name]
-    argv += ["--out", str(export)] + ["--low-memory"] * (arch != "smolvla")
+    argv += ["--out", str(export)] + ["--low-memory"] * low_memory
     code = run_vla_edge(argv, export.parent / f"{export.name}.log", timeout_s=7200.0)
     if code != 0:
         raise ConfigError(f"vla-edge export exited {code}; see {export.parent / export.name}.log")
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
 
 
-def model_parameters(weights: Path) -> int:
-    """Parameters the model reads in a published file (an unread ``lm_head`` left out).
+def model_parameters(weights: Path, unread: tuple[str, ...] = ()) -> int:
+    """Parameters the model reads in a published file (``unread`` keys left out).
 
     SmolVLM2's ``lm_head`` (SmolVLA) and the action expert's (openpi's π0 layout) are in
-    the files but read by nothing.
+    the files but read by nothing (each architecture's bench hooks' ``unread_keys``).
     """
     from safetensors import safe_open
 
-    from vla_edge.archs.pi0.layout import UNUSED
-    from vla_edge.archs.smolvla.layout import LM_HEAD
-
-    unread = {LM_HEAD, *UNUSED}
     with safe_open(str(weights), "np") as f:
         return sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys() if k not in unread)
 

@@ -30,10 +30,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from vla_edge.archs import registry
 from vla_edge.archs.common import without_default_init
 from vla_edge.core.errors import ConfigError
 
-ARCHS = ("pi0", "pi05", "smolvla")
 SIZES = ("full", "small")
 INIT_STD = 0.02
 """transformers' ``initializer_range`` for these blocks."""
@@ -41,13 +41,25 @@ GEMM_SIZE = 2048
 """Side of the square fp32 matrices whose product measures the GEMM peak."""
 
 
-DEPTH_FIELDS = {
-    "vision_encoder": ("vision",),
-    "fusion": ("paligemma", "expert"),
-    "action_head": ("paligemma", "expert"),
-}
-"""π0's layer counts that shrink one stage (the expert's depth equals the language
-model's: it reads the per-layer cache)."""
+def bench_archs() -> tuple[str, ...]:
+    """The architectures the benchmarks build at random (those with bench hooks)."""
+    return tuple(name for name, arch in registry.ARCHITECTURES.items() if arch.bench)
+
+
+def _arch(arch: str) -> Any:
+    """The registry entry of ``arch``, one the benchmarks build.
+
+    Raises:
+        ConfigError: not one of :func:`bench_archs`.
+    """
+    if arch not in bench_archs():
+        raise ConfigError(f"arch = {arch!r}, expected one of {bench_archs()}")
+    return registry.get(arch)
+
+
+def depth_fields(arch: str) -> dict[str, tuple[str, ...]]:
+    """Stage -> the config blocks whose ``depth`` shrinks it (empty: ``arch`` has none)."""
+    return dict(_arch(arch).bench_hooks().depth_fields)
 
 
 def model_config(
@@ -55,70 +67,39 @@ def model_config(
 ) -> Any:
     """The config of ``arch`` at ``size`` with its first ``cameras`` image slots.
 
-    ``depth``: π0 / π0.5 with ``stage``'s blocks cut to that many layers (the
-    largest size of a stage that fits in memory).
+    ``depth``: ``stage``'s blocks cut to that many layers (the largest size of a stage
+    that fits in memory), for an architecture whose bench hooks name them.
 
     Raises:
-        ConfigError: an unknown architecture or size, or more cameras than slots.
+        ConfigError: an unknown architecture or size, more cameras than slots, or a depth
+            for a stage without depth fields.
     """
-    config = _model_config(arch, size, cameras)
+    hooks = _arch(arch).bench_hooks()
+    if size not in SIZES:
+        raise ConfigError(f"size = {size!r}, expected one of {SIZES}")
+    config = hooks.config(size, cameras)
     if depth is None:
         return config
-    if arch == "smolvla" or stage not in DEPTH_FIELDS:
-        raise ConfigError(f"depth = {depth}: only pi0 / pi05 stages {tuple(DEPTH_FIELDS)}")
+    if stage not in hooks.depth_fields:
+        with_depth = [a for a in bench_archs() if depth_fields(a)]
+        raise ConfigError(
+            f"depth = {depth} for {arch} stage {stage!r}: only {', '.join(with_depth)} stages "
+            f"{tuple(depth_fields(with_depth[0])) if with_depth else ()} shrink by depth"
+        )
     data = config.model_dump()
-    for part in DEPTH_FIELDS[stage]:
+    for part in hooks.depth_fields[stage]:
         data[part] = {**data[part], "depth": int(depth)}
     return type(config)(**data)
 
 
-def _model_config(arch: str, size: str, cameras: int) -> Any:
-    if arch not in ARCHS:
-        raise ConfigError(f"arch = {arch!r}, expected one of {ARCHS}")
-    if size not in SIZES:
-        raise ConfigError(f"size = {size!r}, expected one of {SIZES}")
-    if arch == "smolvla":
-        from vla_edge.archs.smolvla.config import IMAGE_SLOTS, SmolVLAConfig
-
-        build = SmolVLAConfig.full if size == "full" else SmolVLAConfig.tiny
-        slots = IMAGE_SLOTS
-    else:
-        from vla_edge.archs.pi0.config import IMAGE_SLOTS, Pi0Config
-
-        pi05 = arch == "pi05"
-        if size == "full":
-            build = Pi0Config.full_pi05 if pi05 else Pi0Config.full_pi0
-        else:
-
-            def build(**overrides: Any) -> Any:
-                return Pi0Config.tiny(pi05=pi05, **overrides)
-
-        slots = IMAGE_SLOTS
-    if not 1 <= cameras <= len(slots):
-        raise ConfigError(f"cameras = {cameras}: {arch} has {len(slots)} image slots")
-    return build(image_slots=tuple(slots[:cameras]))
-
-
 def model_class(arch: str) -> type[nn.Module]:
     """The torch model class of ``arch``."""
-    if arch == "smolvla":
-        from vla_edge.archs.smolvla.model import SmolVLAModel
-
-        return SmolVLAModel
-    from vla_edge.archs.pi0.model import Pi0Model
-
-    return Pi0Model
+    return _arch(arch).resolve("model")
 
 
 def build_stages(arch: str, model: nn.Module) -> Any:
-    """The architecture's three stages (sharing ``model``'s parameters)."""
-    if arch == "smolvla":
-        from vla_edge.archs.smolvla.stages import build_stages as smolvla_stages
-
-        return smolvla_stages(model)
-    from vla_edge.archs.pi0.stages import build_stages as pi0_stages
-
-    return pi0_stages(model)
+    """The architecture's stages (sharing ``model``'s parameters)."""
+    return _arch(arch).resolve("stages")(model)
 
 
 def module_generator(seed: int, name: str) -> torch.Generator:

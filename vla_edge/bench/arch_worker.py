@@ -51,15 +51,12 @@ def _model(args: argparse.Namespace) -> Any:
 
 def export(args: argparse.Namespace) -> dict[str, Any]:
     """Export one stage; the manifest entry goes to ``<out>/<stage>.entry.json``."""
+    from vla_edge.export.architecture import stage_programs_of
     from vla_edge.export.pipeline import export_stage
 
     model = _model(args)
     step("split stages")
-    if args.arch == "smolvla":
-        from vla_edge.export.smolvla import smolvla_stage_programs as stage_programs
-    else:
-        from vla_edge.export.pi0 import pi0_stage_programs as stage_programs
-    programs = {p.name: p for p in stage_programs(model, args.backend, seed=args.seed)}
+    programs = {p.name: p for p in stage_programs_of(model, args.backend, seed=args.seed)}
     program = programs.pop(args.stage)
     del model, programs  # only this stage's weights stay alive
     out = Path(args.out)
@@ -114,7 +111,7 @@ def _chain(
 
     ``declared``: :func:`declared_stages`; ``convert``: applied to a loop's per-call values.
     """
-    from vla_edge.export.manifest import run_stage as run_declared
+    from vla_edge.runners.stage_loop import run_stage as run_declared
 
     values = dict(host)
     ms: dict[str, float] = {}

@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 
 STAGE_ORDER = ("vision_encoder", "fusion", "action_head")
-DEFAULT_CAMERAS = {"pi0": (1, 3), "pi05": (1, 3), "smolvla": (1, 2), "bundled": ()}
 PARITY_CASES = 2
 GEMM_SIDE = 8192
 COPY_BYTES = 1 << 30
@@ -70,14 +69,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def from_checkpoint(arch: str) -> bool:
+    """Whether ``arch`` is timed from its shipped checkpoint, not built at random.
+
+    This package's own model needs no import; the others are built from their bench hooks.
+    """
+    from vla_edge.archs import registry
+
+    return not registry.get(arch).importable
+
+
+def default_archs() -> list[str]:
+    """Every architecture this bench times: its own model and those with bench hooks."""
+    from vla_edge.archs import registry
+
+    return [
+        name
+        for name, arch in registry.ARCHITECTURES.items()
+        if from_checkpoint(name) or arch.bench is not None
+    ]
+
+
+def default_cameras(arch: str) -> tuple[int, ...]:
+    """The camera counts timed by default (the bench hooks'; none for a checkpoint)."""
+    from vla_edge.archs import registry
+
+    if from_checkpoint(arch):
+        return ()
+    return registry.get(arch).bench_hooks().default_cameras
+
+
 def parse_cameras(text: str | None, archs: list[str]) -> dict[str, tuple[int, ...]]:
     """``pi0=1,3;smolvla=1,2`` (or one list for all) → arch → camera counts."""
     if not text:
-        return {a: DEFAULT_CAMERAS[a] for a in archs}
+        return {a: default_cameras(a) for a in archs}
     if "=" not in text:
         counts = tuple(int(c) for c in text.split(","))
         return {a: counts for a in archs}
-    out = {a: DEFAULT_CAMERAS[a] for a in archs}
+    out = {a: default_cameras(a) for a in archs}
     for part in text.split(";"):
         name, _, counts = part.partition("=")
         out[name.strip()] = tuple(int(c) for c in counts.split(","))
@@ -194,7 +223,7 @@ def arch_plan(arch: str, model: Any) -> StagePlan:
 
 def bundled_plan(policy: Any) -> StagePlan:
     """The bundled model's three per-observation stages (its K Euler steps inside the head)."""
-    from vla_edge.export.stages import BUNDLED_OUTPUT, bundled_stage_io
+    from vla_edge.archs.bundled.stages import BUNDLED_OUTPUT, bundled_stage_io
 
     io = bundled_stage_io(policy)
     modules = {
@@ -208,7 +237,7 @@ def bundled_plan(policy: Any) -> StagePlan:
 
 def chain(stages: dict[str, Any], plan: StagePlan, host: dict[str, Any], clock: Any) -> Any:
     """The three stages in order (the head's K calls as declared); the actions as they come."""
-    from vla_edge.export.manifest import run_stage
+    from vla_edge.runners.stage_loop import run_stage
 
     values = dict(host)
     for name in STAGE_ORDER:
@@ -457,7 +486,7 @@ def bundled_cases(policy: Any, seed: int) -> list[dict[str, Any]]:
     cached by the runners) is a seeded random ``[1, 384]`` here: the chunk's cost and
     parity do not depend on it.
     """
-    from vla_edge.export.stages import bundled_stage_io
+    from vla_edge.archs.bundled.stages import bundled_stage_io
 
     io = bundled_stage_io(policy)
     rng = np.random.default_rng(seed)
@@ -522,7 +551,7 @@ def run_device_bench(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     args.seed = int(getattr(args, "seed", 0) or 0)
     torch.manual_seed(args.seed)
-    archs = [a.strip() for a in (args.arch or "bundled,pi0,pi05,smolvla").split(",") if a.strip()]
+    archs = [a.strip() for a in args.arch.split(",") if a.strip()] if args.arch else default_archs()
     cameras = parse_cameras(args.cameras if args.cameras != "1,3" else None, archs)
     args.dtype_list = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     args.runs = 50 if args.runs is None else int(args.runs)
@@ -539,7 +568,7 @@ def run_device_bench(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     for arch in archs:
-        if arch == "bundled":
+        if from_checkpoint(arch):
             rows = measure_bundled(args, device, report["peaks"])
         else:
             rows = measure_arch(arch, cameras[arch], args, device, report["peaks"])

@@ -20,9 +20,8 @@ command. ``--checkpoint bundled`` names the shipped model. ``--untrained-config 
 exports freshly initialised weights of a model config instead (for timing at
 other input sizes; the manifest records ``source.trained = false``).
 ``--policy`` exports a third-party policy directory written by ``vla-edge
-import``, with the exporter of its architecture (π0, π0.5:
-:func:`vla_edge.export.pi0.export_policy_dir`; SmolVLA:
-:func:`vla_edge.export.smolvla.export_policy_dir`).
+import`` with :func:`vla_edge.export.architecture.export_policy_dir`, which reads the
+export hooks its architecture registers (:mod:`vla_edge.archs.registry`).
 
 The command's front end: it hands the export the policy path of
 :mod:`vla_edge.runners.factory` and the calibration frames of :mod:`vla_edge.sim.frames`
@@ -192,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
             calibration_frames=args.calibration_frames,
         )
         if args.max_parity_pct is not None:
-            from vla_edge.export.stages import BUNDLED_STAGES, policy_stages
+            from vla_edge.archs.bundled.stages import BUNDLED_STAGES
+            from vla_edge.export.stages import policy_stages
 
             eager = {s.name: s.module for s in policy_stages(policy, BUNDLED_STAGES)}
             _parity_gate(args, eager)
@@ -202,23 +202,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-POLICY_EXPORTERS = {
-    "pi0": "vla_edge.export.pi0",
-    "pi05": "vla_edge.export.pi0",
-    "smolvla": "vla_edge.export.smolvla",
-}
-"""The module whose ``export_policy_dir`` exports each architecture's policy directory
-(goes when each architecture registers its exporter itself: issue 48, item 2)."""
-LOW_MEMORY_EXPORTS = ("pi0", "pi05")
-"""Architectures whose ``export_policy_dir`` takes ``low_memory`` (``--low-memory``)."""
-
-
 def _run_policy_dir(args: argparse.Namespace) -> int:
-    """``--policy DIR``: a π0 / π0.5 / SmolVLA policy directory's three programs and manifest."""
-    import importlib
+    """``--policy DIR``: a policy directory's programs and manifest, by its architecture."""
     import sys
 
     from vla_edge.archs.policy_dir import load_policy_dir
+    from vla_edge.export.architecture import export_policy_dir, hooks, reference_stages
     from vla_edge.export.quant_recipes import resolve_recipe
 
     bundled_only = {
@@ -238,22 +227,10 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
                 f"--flow-steps = {args.flow_steps}, expected 1 <= K <= {MAX_FLOW_STEPS}"
             )
         policy = load_policy_dir(args.policy)
-        architecture = policy.architecture
-        if architecture not in POLICY_EXPORTERS:
-            raise ConfigError(
-                f"--policy {args.policy}: architecture = {architecture!r} has no exporter "
-                f"(exported: {', '.join(POLICY_EXPORTERS)})"
-            )
-        if args.low_memory and architecture not in LOW_MEMORY_EXPORTS:
-            raise ConfigError(
-                f"--low-memory exports {' and '.join(LOW_MEMORY_EXPORTS)} policy directories, "
-                f"not {architecture} (its whole model fits beside one stage's export)"
-            )
-        exporter = importlib.import_module(POLICY_EXPORTERS[architecture])
+        hooks(policy.architecture)  # an architecture without an exporter, before anything
         recipe = resolve_recipe(args.quant, args.quant_recipes)
         mjcf, ee_site = _checked_kinematics(policy, args.robot_mjcf, args.ee_site)
-        low_memory = {"low_memory": True} if args.low_memory else {}
-        exporter.export_policy_dir(
+        export_policy_dir(
             args.policy,
             args.out,
             args.backend,
@@ -261,10 +238,10 @@ def _run_policy_dir(args: argparse.Namespace) -> int:
             flow_steps=args.flow_steps,
             robot_mjcf=mjcf,
             ee_site=ee_site,
-            **low_memory,
+            low_memory=args.low_memory,
         )
         if args.max_parity_pct is not None:
-            _parity_gate(args, exporter.reference_stages(args.policy, args.flow_steps))
+            _parity_gate(args, reference_stages(args.policy, args.flow_steps))
     except VlaEdgeError as exc:
         print(f"vla-edge export: {exc}", file=sys.stderr)
         return 2
@@ -279,7 +256,7 @@ def _checked_kinematics(
     ``--robot-mjcf PATH`` is kept absolute (``tabletop``: the package's arm, relative to the
     package root); left out, each is the import's (:meth:`PolicyDir.robot_model`). The
     kinematics of the manifest's ``eef_delta`` / ``eef_pose`` sections
-    (:func:`vla_edge.export.pi0.manifest_spaces`) are built with the runner's own
+    (:func:`vla_edge.export.architecture.manifest_spaces`) are built with the runner's own
     :func:`vla_edge.runners.exported.manifest_kinematics`, so a wrong model or site is
     named before anything exports.
 
@@ -289,7 +266,7 @@ def _checked_kinematics(
         ActionSpaceError: it lacks the site or an arm joint.
     """
     from vla_edge.archs.policy_dir import TABLETOP_ROBOT
-    from vla_edge.export.pi0 import manifest_spaces
+    from vla_edge.export.architecture import manifest_spaces
     from vla_edge.runners.exported import manifest_kinematics
 
     if mjcf is not None:

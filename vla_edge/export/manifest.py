@@ -49,7 +49,8 @@ A stage may be one step of a loop the runner drives (optional)::
 The runner calls the program ``K`` times: an input whose source is ``repeat``
 takes its listed value for that call, an input in ``carry`` takes (from the
 second call on) the named output of the call before, and every other input
-keeps its value; the stage's outputs are those of the last call. π0's action
+keeps its value; the stage's outputs are those of the last call
+(:func:`vla_edge.runners.stage_loop.run_stage`, the runners' loop). π0's action
 head is one Euler step of the flow exported this way (``time`` per call,
 ``x_t`` carried from ``actions``, first from ``host:noise``), and SmolVLA's
 (``step`` per call, a one-hot row): lowering K unrolled steps takes memory
@@ -109,13 +110,21 @@ from typing import Any
 
 import numpy as np
 
+from vla_edge.archs.host import (
+    HF_TOKENIZER_JSON,
+    HOST_INPUTS,
+    PROMPT_FORMATS,
+    STATE_PROMPTS,
+    TOKENIZER_KINDS,
+    TOKENIZER_NAME,
+    TensorSpec,
+)
+from vla_edge.archs.normalisation import HostCodec, codec_from_section
 from vla_edge.core.errors import ManifestMismatchError
-from vla_edge.export.normalisation import HostCodec, codec_from_section
 
 MANIFEST_FORMAT = "vla_edge.export.v2"
 OLD_FORMATS = ("vla_edge.export.v1",)
 MANIFEST_NAME = "manifest.json"
-TOKENIZER_NAME = "tokenizer.json"
 BACKENDS = ("onnx", "executorch", "torch")
 """``torch``: a stage's weights (safetensors) that the torch runner builds into the
 architecture's stage module, from the manifest's ``model_config``, on any device."""
@@ -123,17 +132,6 @@ QUANTS = ("fp32", "fp16", "8da8w", "8da4w", "int8wo")
 """A stage's ``quant``: its ``Linear`` layers' scheme (:mod:`vla_edge.export.quant_recipes`)."""
 STAGE_SUFFIX = {"onnx": ".onnx", "executorch": ".pte", "torch": ".safetensors"}
 RATES = ("per_instruction", "per_observation")
-HOST_INPUTS = (
-    "images",
-    "image_mask",
-    "token_ids",
-    "token_mask",
-    "state",
-    "noise",
-    "prefix_actions",
-    "prefix_mask",
-)
-"""Tensors the runner's numpy preprocessing makes (a stage input's ``host:<name>``)."""
 REPEAT_SOURCE = "repeat"
 """The source of an input whose value ``repeat.inputs`` lists per call."""
 INSTRUCTION_INPUTS = ("token_ids", "token_mask")
@@ -147,38 +145,7 @@ RESAMPLE_MODES = {"stretch": (), "pad": ("pil_bilinear",), "pad_top_left": ("bil
 """The filter each resize mode uses, which ``host.images.resample`` may state (optional):
 ``pil_bilinear`` (PIL's antialiased bilinear, openpi), ``bilinear`` (torch's
 ``interpolate(mode="bilinear", align_corners=False)``, no antialiasing)."""
-TOKENIZER_KINDS = ("wordpiece", "sentencepiece", "huggingface")
-"""Tokenizers the runners read (``wordpiece``: a ``tokenizers`` ``tokenizer.json``;
-``sentencepiece``: a SentencePiece model, PaliGemma's for π0 / π0.5; ``huggingface``: a
-tokenizer directory, SmolVLM2's for SmolVLA)."""
-HF_TOKENIZER_JSON = "tokenizer.json"
-"""The file a ``huggingface`` tokenizer directory must hold."""
-PROMPT_FORMATS = {
-    "wordpiece": ("instruction",),
-    "sentencepiece": ("pi0", "pi05_state"),
-    "huggingface": ("smolvla",),
-}
-"""The prompts each tokenizer kind encodes (``host.token_ids.prompt``)."""
-STATE_PROMPTS = ("pi05_state",)
-"""Prompts that hold the normalised state: their token ids change with every observation."""
 TOKEN_MASK_DTYPES = ("int64", "float32")
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Name, shape, dtype (numpy name) and, for a stage input, the source of one tensor."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    source: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        out: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
-        if self.source is not None:
-            out["source"] = self.source
-        return out
 
 
 @dataclass(frozen=True)
@@ -214,40 +181,6 @@ class StageSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     repeat: StageRepeat | None = None
-
-
-def run_stage(
-    run: Any,
-    inputs: Any,
-    outputs: Any,
-    repeat: StageRepeat | None,
-    values: Any,
-    convert: Any = None,
-) -> list[Any]:
-    """A stage's outputs: its program called once, or ``repeat.count`` times.
-
-    Args:
-        run: the program (inputs in declared order -> outputs in declared order).
-        inputs, outputs: the stage's declared tensors (:class:`TensorSpec`).
-        repeat: the stage's loop, if any.
-        values: source -> value of every input not sourced ``repeat``.
-        convert: applied to each per-call value of ``repeat.inputs`` (numpy arrays)
-            before it is passed (e.g. to a torch tensor); default: as is.
-    """
-    args = [None if t.source == REPEAT_SOURCE else values[t.source] for t in inputs]
-    if repeat is None:
-        return list(run(args))
-    position = {t.name: i for i, t in enumerate(inputs)}
-    produced = {t.name: i for i, t in enumerate(outputs)}
-    result: list[Any] = []
-    for call in range(repeat.count):
-        for name, per_call in repeat.inputs.items():
-            value = per_call[call]
-            args[position[name]] = value if convert is None else convert(value)
-        result = list(run(list(args)))  # (each call its own list: a caller may keep it)
-        for name, output in repeat.carry.items():
-            args[position[name]] = result[produced[output]]
-    return result
 
 
 @dataclass(frozen=True)

@@ -20,32 +20,27 @@ import importlib.metadata
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from vla_edge.archs.bundled.stages import BUNDLED_STAGES, bundled_contract, bundled_stage_io
+from vla_edge.archs.host import TensorSpec
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.manifest import (
     BACKENDS,
     MANIFEST_FORMAT,
     STAGE_SUFFIX,
     TOKENIZER_NAME,
-    TensorSpec,
     file_sha256,
     load_manifest,
     write_manifest,
 )
 from vla_edge.export.quant_recipes import QuantRecipe, StageQuant, resolve_recipe, stage_quant
-from vla_edge.export.stages import (
-    BUNDLED_STAGES,
-    StageProgram,
-    bundled_contract,
-    bundled_stage_io,
-    policy_stages,
-)
+from vla_edge.export.stages import StageProgram, policy_stages
 from vla_edge.policy.model import VlaPolicy
 
 EXPORTER_REVISION = 5
@@ -141,78 +136,6 @@ def policy_dir_source(path: str | Path, policy: Any) -> dict[str, Any]:
         "weights_sha256": policy.weights.get("sha256"),
         "trained": True,
         "import": policy.source,
-    }
-
-
-def prefix_flow_contract(
-    config: Any,
-    *,
-    architecture: str,
-    stage_order: Sequence[str],
-    output: str,
-    slots: list[dict[str, Any]],
-    images: Mapping[str, str],
-    tokenizer: Mapping[str, str],
-    prompt: str,
-    state_dim: int,
-    chunk_horizon: int,
-    normalisation: Mapping[str, Any],
-    joint_names: Sequence[str],
-    dt_action_s: float,
-    source: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The manifest's fields besides the stages of a VLM-prefix, flow-matching architecture.
-
-    π0, π0.5 and SmolVLA share the host side: ``[n_slots, 3, S, S]`` images in [-1, 1]
-    with a slot mask, token ids and mask of ``max_token_len``, the state at ``state_dim``,
-    the noise and the executed prefix at ``[chunk_horizon, action_dim]``. What differs is
-    given: the image fitting (``images``: ``resize`` and its options), the tokenizer and
-    the prompt format, the state's and the horizon's widths.
-
-    Args:
-        config: the architecture's config (``vision.image_size``, ``n_slots``,
-            ``max_token_len``, ``action_dim``, ``flow_steps``, ``model_dump``).
-        slots: the image slots, each ``{"name", "camera"}`` (``None``: masked).
-    """
-    size, h, a = config.vision.image_size, chunk_horizon, config.action_dim
-    length = config.max_token_len
-    f32 = "float32"
-    return {
-        "architecture": architecture,
-        "stage_order": list(stage_order),
-        "output": output,
-        "host": {
-            "images": {
-                "shape": [config.n_slots, 3, size, size],
-                "dtype": f32,
-                "slots": slots,
-                "pixel_range": [-1.0, 1.0],
-                **images,
-            },
-            "image_mask": {"shape": [config.n_slots], "dtype": f32},
-            "token_ids": {
-                "shape": [1, length],
-                "dtype": "int64",
-                "tokenizer": dict(tokenizer),
-                "prompt": prompt,
-            },
-            "token_mask": {"shape": [1, length], "dtype": f32},
-            "state": {"shape": [1, state_dim], "dtype": f32},
-            "noise": {"shape": [1, h, a], "dtype": f32},
-            "prefix_actions": {"shape": [1, h, a], "dtype": f32},
-            "prefix_mask": {"shape": [1, h], "dtype": f32},
-        },
-        "normalisation": dict(normalisation),
-        "joint_names": list(joint_names),
-        "action_dim": a,
-        "chunk_horizon": h,
-        "dt_action_s": float(dt_action_s),
-        "flow_steps": config.flow_steps,
-        "cameras": [s["camera"] for s in slots if s["camera"] is not None],
-        "image_height": size,
-        "image_width": size,
-        "source": dict(source) if source is not None else {"trained": False},
-        "model_config": config.model_dump(mode="json"),
     }
 
 

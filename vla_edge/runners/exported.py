@@ -81,7 +81,6 @@ from vla_edge.export.manifest import (
     check_program_io,
     check_tokenizer,
     load_manifest,
-    run_stage,
 )
 from vla_edge.runners.base import NativeSpec, PolicyChunk, RunnerSpec, cache_put
 from vla_edge.runners.image_resize import FIT_MODES
@@ -96,6 +95,7 @@ from vla_edge.runners.preprocess import (
     validate_observation,
 )
 from vla_edge.runners.programs import StageProgram, open_program
+from vla_edge.runners.stage_loop import run_stage
 from vla_edge.runners.tokenizers import PromptTokenizer, open_tokenizer
 
 PACKAGE = "vla_edge"

@@ -33,11 +33,12 @@ r"""The tokenizers an export's manifest declares (``host.token_ids``), in numpy 
 
   It reads ``tokenizer.json`` with the ``tokenizers`` library, not
   ``transformers`` (whose import pulls in torch); the exporter checks the two
-  give the same ids and masks (:mod:`vla_edge.export.smolvla`).
+  give the same ids and masks (:mod:`vla_edge.archs.smolvla.processor`).
 
-π0's text is built for the torch side by :mod:`vla_edge.archs.pi0.prompt`;
-it is written again here because that package imports torch, which an ONNX
-deployment must not (the tests check the two agree).
+Each architecture's prompt is written once, in its folder (numpy only, no torch):
+π0's :class:`~vla_edge.archs.pi0.prompt.PaligemmaPromptTokenizer`, SmolVLA's
+:class:`~vla_edge.archs.smolvla.prompt.SmolVLAPromptTokenizer`; this module picks one by the
+manifest's tokenizer kind.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-
-STATE_BINS = 256
 
 
 class PromptTokenizer(Protocol):
@@ -61,64 +60,6 @@ class PromptTokenizer(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Ids and mask; ``state_norm`` is the normalised, unpadded state."""
         ...
-
-
-def clean_instruction(text: str) -> str:
-    """Openpi's cleaning: ``strip()``, ``_`` → space, newline → space."""
-    return text.strip().replace("_", " ").replace("\n", " ")
-
-
-def state_bins(state_norm: np.ndarray) -> np.ndarray:
-    """The normalised state in openpi's 256 bins (ints, -1 … 255)."""
-    edges = np.linspace(-1.0, 1.0, STATE_BINS + 1)[:-1]
-    return np.digitize(np.asarray(state_norm, dtype=np.float64), bins=edges) - 1
-
-
-def pad_ids(ids: list[int], max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cut to, or pad with 0 up to, ``max_len``: ``(ids [1, L] int64, mask [1, L] bool)``."""
-    ids = list(ids)[:max_len]
-    mask = [True] * len(ids) + [False] * (max_len - len(ids))
-    ids += [0] * (max_len - len(ids))
-    return np.asarray(ids, dtype=np.int64)[None], np.asarray(mask, dtype=bool)[None]
-
-
-class PaligemmaPromptTokenizer:
-    """openpi's π0 / π0.5 prompt through a SentencePiece model (see the module docstring).
-
-    Args:
-        path: the SentencePiece model file.
-        max_len: token slots of the program (``host.token_ids.shape[1]``).
-        prompt: ``pi0`` or ``pi05_state``.
-    """
-
-    def __init__(self, path: str | Path, max_len: int, prompt: str) -> None:
-        import sentencepiece
-
-        if prompt not in ("pi0", "pi05_state"):
-            raise ValueError(f"prompt = {prompt!r}, expected 'pi0' or 'pi05_state'")
-        self._sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
-        self.max_len = int(max_len)
-        self.prompt = prompt
-        self.per_observation = prompt == "pi05_state"
-
-    def text(self, instruction: str, state_norm: np.ndarray | None = None) -> str:
-        """π0.5's full prompt text (``pi05_state``), or π0's cleaned instruction."""
-        cleaned = clean_instruction(instruction)
-        if not self.per_observation:
-            return cleaned
-        if state_norm is None:
-            raise ValueError("prompt 'pi05_state' needs the normalised state")
-        bins = " ".join(str(int(b)) for b in state_bins(np.ravel(state_norm)))
-        return f"Task: {cleaned}, State: {bins};\nAction: "
-
-    def encode(
-        self, instruction: str, state_norm: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Ids and mask as openpi's ``PaligemmaTokenizer.tokenize``."""
-        ids = list(self._sp.encode(self.text(instruction, state_norm), add_bos=True))
-        if not self.per_observation:
-            ids += list(self._sp.encode("\n"))
-        return pad_ids(ids, self.max_len)
 
 
 class WordPiecePromptTokenizer:
@@ -139,7 +80,8 @@ class WordPiecePromptTokenizer:
         return self._tokenizer.encode(instruction)
 
 
-from vla_edge.archs.hf_prompt import (  # noqa: E402 - re-exported for the runners
+from vla_edge.archs.pi0.prompt import PaligemmaPromptTokenizer  # noqa: E402
+from vla_edge.archs.smolvla.prompt import (  # noqa: E402 - re-exported for the runners
     HF_PAD_TOKEN_FILES,
     HF_TOKENIZER_JSON,
     SmolVLAPromptTokenizer,
@@ -150,6 +92,7 @@ from vla_edge.archs.hf_prompt import (  # noqa: E402 - re-exported for the runne
 __all__ = [
     "HF_PAD_TOKEN_FILES",
     "HF_TOKENIZER_JSON",
+    "PaligemmaPromptTokenizer",
     "SmolVLAPromptTokenizer",
     "hf_pad_token",
     "smolvla_text",

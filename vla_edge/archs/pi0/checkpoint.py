@@ -72,7 +72,7 @@ from vla_edge.archs.pi0.layout import (
     lerobot_to_openpi,
     openpi_file_shapes,
 )
-from vla_edge.archs.policy_dir import SECTION_STATS, make_normalisation, stat_vector
+from vla_edge.archs.policy_stats import SECTION_STATS, make_normalisation, stat_vector
 from vla_edge.core.errors import (
     CheckpointError,
     CheckpointKeysError,

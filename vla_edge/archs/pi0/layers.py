@@ -6,7 +6,7 @@ transformers 5.x, using its modules for the parameters (key names) and these
 functions for the arithmetic, all plain ``Linear`` / ``matmul`` / ``softmax`` so
 that ``torch.export`` lowers them without fused attention or cache objects:
 
-* :func:`embed_language_tokens`: ``table[ids] * sqrt(width)``, once, in the prefix
+* ``embed_language_tokens``: ``table[ids] * sqrt(width)``, once, in the prefix
   (the patch removes the scaling from ``GemmaModel``; transformers 5.x moved it into
   ``GemmaTextScaledWordEmbedding``, so calling that module *and* scaling would
   scale twice).
@@ -22,9 +22,11 @@ that ``torch.export`` lowers them without fused attention or cache objects:
   openpi computes it (its ``get_safe_dtype`` keeps float64 on the CPU and on CUDA), then
   cast to float32; :func:`time_embedding_table` holds it for each of the K flow times, so a
   program picks a row and runs no float64.
-* :func:`attention_mask_2d` (big_vision's cumulative-sum block convention),
-  :func:`additive_mask` (masked value ``-2.3819763e38``, finite so a fully masked
-  row stays finite), :func:`euler_times` (``dt = -1/K`` from ``t = 1``).
+* :func:`euler_times` (``dt = -1/K`` from ``t = 1``).
+
+The prefix's attention (:func:`embed_language_tokens`, :func:`attention_mask_2d`,
+:func:`prefix_positions`, :func:`additive_mask`, :func:`attention`) is shared with SmolVLA:
+:mod:`vla_edge.archs.prefix_attention`, imported here under the same names.
 """
 
 from __future__ import annotations
@@ -33,26 +35,17 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-MASKED_VALUE = -2.3819763e38
-"""Additive attention-mask value for a masked key (openpi ``_prepare_attention_masks_4d``)."""
+from vla_edge.archs.prefix_attention import MASKED_VALUE as MASKED_VALUE
+from vla_edge.archs.prefix_attention import additive_mask as additive_mask
+from vla_edge.archs.prefix_attention import attention as attention
+from vla_edge.archs.prefix_attention import attention_mask_2d as attention_mask_2d
+from vla_edge.archs.prefix_attention import embed_language_tokens as embed_language_tokens
+from vla_edge.archs.prefix_attention import prefix_positions as prefix_positions
 
 TIME_MIN_PERIOD = 4e-3
 TIME_MAX_PERIOD = 4.0
-
-
-def embed_language_tokens(table: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """Language embeddings as openpi's ``embed_prefix``: ``table[ids] * sqrt(width)``.
-
-    Args:
-        table: the embedding weight ``[vocab, width]`` (a plain lookup, not the stock
-            module, whose forward in transformers 5.x already multiplies by sqrt(width)).
-        token_ids: int64 ``[B, L]``.
-    """
-    width = table.shape[-1]
-    return F.embedding(token_ids, table) * math.sqrt(width)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -143,65 +136,11 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x * cos + rotated * sin).to(x.dtype)
 
 
-def attention_mask_2d(pad: torch.Tensor, block_starts: torch.Tensor) -> torch.Tensor:
-    """Boolean attention mask by big_vision's ``make_att_2d_masks`` convention.
-
-    Query i sees key j iff both are real tokens and
-    ``cumsum(block_starts)[j] <= cumsum(block_starts)[i]``.
-
-    Args:
-        pad: bool ``[B, N]``, true for a real token.
-        block_starts: int ``[B, N]`` or ``[N]``, 1 where a token starts a new causal block.
-
-    Returns:
-        bool ``[B, N, N]`` (query, key).
-    """
-    if block_starts.ndim == 1:
-        block_starts = block_starts[None].expand(pad.shape[0], -1)
-    cum = torch.cumsum(block_starts, dim=1)
-    causal = cum[:, None, :] <= cum[:, :, None]
-    both = pad[:, None, :] & pad[:, :, None]
-    return causal & both
-
-
-def prefix_positions(pad: torch.Tensor) -> torch.Tensor:
-    """Prefix RoPE positions ``cumsum(pad) - 1`` (padded tokens do not advance the position)."""
-    return torch.cumsum(pad.to(torch.int64), dim=1) - 1
-
-
 def suffix_positions(prefix_pad: torch.Tensor, suffix_len: int) -> torch.Tensor:
     """Suffix RoPE positions ``sum(prefix_pad) + cumsum(suffix_pad) - 1`` (no suffix padding)."""
     offset = prefix_pad.to(torch.int64).sum(dim=-1, keepdim=True)
     steps = torch.arange(suffix_len, dtype=torch.int64, device=prefix_pad.device)
     return offset + steps[None]
-
-
-def additive_mask(allowed: torch.Tensor) -> torch.Tensor:
-    """Bool ``[B, Q, K]`` → float ``[B, 1, Q, K]``: 0 where allowed, ``MASKED_VALUE`` elsewhere."""
-    return torch.where(allowed[:, None], 0.0, MASKED_VALUE)
-
-
-def attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scaling: float
-) -> torch.Tensor:
-    """Eager grouped-query attention with an additive mask; plain matmul and softmax.
-
-    Args:
-        q: ``[B, H, Q, D]``; k, v: ``[B, Hkv, K, D]`` (H a multiple of Hkv).
-        mask: additive ``[B, 1, Q, K]``.
-
-    Returns:
-        ``[B, Q, H * D]``.
-    """
-    b, h, s, d = q.shape
-    groups = h // k.shape[1]
-    if groups > 1:
-        k = k[:, :, None].expand(-1, -1, groups, -1, -1).reshape(b, h, k.shape[2], d)
-        v = v[:, :, None].expand(-1, -1, groups, -1, -1).reshape(b, h, v.shape[2], d)
-    scores = torch.matmul(q, k.transpose(2, 3)) * scaling + mask
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    out = torch.matmul(weights, v)
-    return out.transpose(1, 2).reshape(b, s, h * d)
 
 
 def project_qkv(

@@ -29,7 +29,7 @@ Any device, any weight dtype: every function here makes its tensors on its input
 :func:`project` casts a float32 input to the dtype of the weights it enters, while RoPE, the
 attention softmax and the time embedding stay in float32.
 
-Shared with π0 (:mod:`vla_edge.archs.pi0.layers`): ``attention_mask_2d`` (big_vision's
+Shared with π0 (:mod:`vla_edge.archs.prefix_attention`): ``attention_mask_2d`` (big_vision's
 ``make_att_2d_masks``), ``prefix_positions`` (``cumsum(pad) - 1``), ``embed_language_tokens``
 (``table[ids] * sqrt(width)``), ``additive_mask`` and ``attention``. LeRobot masks scores with
 ``torch.where(mask, scores, finfo(float32).min)``; the additive mask gives the same softmax
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vla_edge.archs.pi0.layers import attention
+from vla_edge.archs.prefix_attention import attention
 
 
 def project(module: nn.Module, x: torch.Tensor) -> torch.Tensor:

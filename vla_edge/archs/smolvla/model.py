@@ -43,7 +43,7 @@ from transformers.models.smolvlm.modeling_smolvlm import (
     SmolVLMVisionTransformer,
 )
 
-from vla_edge.archs.pi0.layers import (
+from vla_edge.archs.prefix_attention import (
     additive_mask,
     attention_mask_2d,
     embed_language_tokens,

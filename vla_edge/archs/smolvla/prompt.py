@@ -1,7 +1,8 @@
 """LeRobot SmolVLA's prompt through a Hugging Face tokenizer directory, read with ``tokenizers``.
 
-Shared by the runners (:mod:`vla_edge.runners.tokenizers`) and the SmolVLA exporter,
-which checks it against ``transformers``' ``AutoTokenizer`` before it writes anything.
+Shared by the runners (:mod:`vla_edge.runners.tokenizers`) and SmolVLA's export
+(:func:`vla_edge.archs.smolvla.processor.check_prompt_tokens`), which checks it against
+``transformers``' ``AutoTokenizer`` before anything is written.
 Needs neither torch nor transformers.
 """
 
@@ -11,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_edge.archs.host import HF_TOKENIZER_JSON
 from vla_edge.core.errors import ManifestMismatchError
 
-HF_TOKENIZER_JSON = "tokenizer.json"
 HF_PAD_TOKEN_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 """Where ``transformers`` finds a tokenizer directory's ``pad_token``, in that order."""
 

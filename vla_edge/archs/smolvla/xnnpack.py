@@ -8,7 +8,8 @@ between them (the 4-D attention's and the
 grouped-query repeat's ``expand``, RMSNorm's 3-D ``mean``, RoPE's ``split``, masks built
 with comparisons, ``where`` and ``bitwise_and``, ``arange`` / ``full`` / ``pow`` in the
 graph, ``select`` of one layer from the stacked cache). Each stage here is rewritten as
-:mod:`vla_edge.export.pi0_xnnpack` rewrites π0's, with its helpers (4-D-mean norms,
+:mod:`vla_edge.archs.pi0.xnnpack` rewrites π0's, with the shared helpers of
+:mod:`vla_edge.archs.xnnpack_blocks` (4-D-mean norms,
 attention with the heads folded into a 3-D ``bmm`` batch, rotate-half RoPE on tables as
 wide as the head, the cache stacked in concatenations of at most ``MAX_CAT_INPUTS``),
 so each stage lowers to one XNNPACK call. SmolVLA's own parts:
@@ -44,7 +45,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from vla_edge.archs.pi0.layers import attention_mask_2d
+from vla_edge.archs.prefix_attention import attention_mask_2d
 from vla_edge.archs.smolvla.config import SmolVLAConfig
 from vla_edge.archs.smolvla.layers import prefix_block_starts, rope_tables, suffix_block_starts
 from vla_edge.archs.smolvla.stages import (
@@ -54,7 +55,7 @@ from vla_edge.archs.smolvla.stages import (
     VisionEncoderStage,
 )
 from vla_edge.archs.stage_io import on_flow_path
-from vla_edge.export.pi0_xnnpack import (
+from vla_edge.archs.xnnpack_blocks import (
     additive_mask,
     folded_attention,
     rms_normed,

@@ -1,0 +1,207 @@
+"""What an architecture registers: :class:`Architecture`, and the hooks export and bench read.
+
+Each architecture's folder ``vla_edge/archs/<name>/`` has an ``arch`` module that defines
+``ARCHITECTURES``, a tuple of :class:`Architecture` (the π0 folder registers ``pi0`` and
+``pi05``); :mod:`vla_edge.archs.registry` finds the folders. The ``arch`` module imports no
+torch: the functions an entry names are ``"module:attribute"`` strings resolved when used
+(:meth:`Architecture.resolve`), so listing or validating never imports torch.
+
+The generic code above this layer reads the hooks instead of branching on a name:
+
+* :class:`ExportHooks` (``Architecture.export``): what :mod:`vla_edge.export.architecture`
+  needs to export a policy directory or a model: its stage modules per backend with chained
+  example inputs, the manifest's contract, its normalisation from statistics, the tokenizer
+  files it copies, the policy directory's model with its weights.
+* :class:`BenchHooks` (``Architecture.bench``): the sizes the benchmarks build, the layer
+  counts one stage's fit search shrinks, the published layout a random model is written in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vla_edge.core.errors import UnknownArchitectureError
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A published checkpoint layout an architecture reads."""
+
+    name: str
+    """``openpi``, ``lerobot`` or ``vla_edge``."""
+    summary: str
+
+
+@dataclass(frozen=True)
+class PolicyFacts:
+    """What a policy directory states about a config, whatever the architecture."""
+
+    chunk_horizon: int
+    action_dim: int
+    """The model's (padded) action width."""
+    vocab_size: int
+    """Rows of the token embedding (the tokenizer's ids must stay below)."""
+    max_token_len: int
+    image_slots: tuple[str, ...]
+    image_size: int
+    """Square input side in pixels."""
+    images: dict[str, Any]
+    """``policy.yaml``'s ``images`` fields besides ``slots``, ``height`` and ``width``."""
+    prompt: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExportHooks:
+    """What the generic exporter (:mod:`vla_edge.export.architecture`) reads of an architecture.
+
+    Every callable is the architecture's own (its folder's modules); the exporter adds the
+    programs, the quantisation, the manifest's stages, exporter and spaces.
+    """
+
+    stage_names: tuple[str, ...]
+    """The stages in run order."""
+    stage_modules: Callable[[Any, str, int], tuple[Any, dict[str, Any], dict[str, tuple]]]
+    """``(model, backend, seed) -> (stage set, stage name -> module, stage name -> chained
+    example inputs)``; the modules are the backend's (ExecuTorch: the XNNPACK rewrite)."""
+    contract: Callable[..., dict[str, Any]]
+    """``(config, *, joint_names, camera_map, dt_action_s, normalisation, source) -> the
+    manifest's fields besides the stages and the exporter``."""
+    normalisation: Callable[[Any, Mapping[str, Any], int, Any], dict[str, Any]]
+    """``(config, statistics, n, delta_actions) -> the manifest's normalisation`` with the
+    architecture's kind and epsilon."""
+    tokenizer_files: Callable[[Path], dict[str, Path]]
+    """``(the user's tokenizer) -> {path in the export: file}``; raises when it is not one."""
+    checked_policy: Callable[..., tuple[Any, Any]]
+    """``(policy_dir, flow_steps=None, verify_sha256=True) -> (PolicyDir, config)``: the
+    directory checked against the architecture (prompt, image fit, tokenizer), its config
+    with ``flow_steps`` applied; no weight read."""
+    load_model: Callable[..., tuple[Any, Any]]
+    """``(policy_dir, flow_steps=None, *, stage=None, verify_sha256=True) -> (PolicyDir,
+    model with the directory's weights)``; ``stage``: only that stage's weights (only when
+    :attr:`low_memory`)."""
+    executorch_stages: str
+    """The module of the ExecuTorch rewrite, recorded in the manifest's ``exporter``."""
+    not_delegated_why: Mapping[str, str] = field(default_factory=dict)
+    """Why an operator stays outside XNNPACK, by operator (printed after an export)."""
+    check_tokenizer: Callable[[Path, Any], None] | None = None
+    """``(tokenizer, config)``: refuse one the runners read differently from the reference."""
+    hash_tokenizer_files: bool = False
+    """Record each copied tokenizer file's sha256 in ``host.token_ids.tokenizer.files``."""
+    low_memory: bool = False
+    """Whether ``load_model(stage=...)`` reads one stage's weights (``--low-memory``)."""
+
+
+@dataclass(frozen=True)
+class BenchHooks:
+    """What the benchmarks (``vla-edge bench latency|parity|loop --arch``) read."""
+
+    config: Callable[[str, int], Any]
+    """``(size, cameras) -> config``: ``full`` or ``small`` with the first ``cameras`` slots.
+
+    Raises:
+        ConfigError: an unknown size or more cameras than slots.
+    """
+    default_cameras: tuple[int, ...]
+    """The camera counts timed by default (``vla-edge bench latency --device``)."""
+    depth_fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Stage -> the config's blocks whose ``depth`` shrinks that stage (fit search);
+    empty: not searched."""
+    loop_config: Callable[[str, int], Any] | None = None
+    """``(size, cameras) -> config`` as the published layout describes it (``bench loop``)."""
+    write_checkpoint: Callable[..., Path] | None = None
+    """``(out, model, statistics, size) -> out``: the model in its published layout with
+    LeRobot-keyed statistics (``observation.state.mean``, ``action.std``, ...)."""
+    import_options: Callable[[str, str, Any], dict[str, Any]] | None = None
+    """``(name, size, config) -> ImportOptions fields`` that import what
+    :attr:`write_checkpoint` wrote."""
+    unread_keys: tuple[str, ...] = ()
+    """Keys in the published file that the model reads nothing from."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One supported architecture: its layouts and the functions that read and build it."""
+
+    name: str
+    title: str
+    layouts: tuple[Layout, ...]
+    config: str
+    """The config class (``module:Class``) that builds every size."""
+    model: str
+    """The torch model class."""
+    stages: str
+    """The function that splits a model into exportable stages."""
+    read_checkpoint: str
+    """``(path, options) -> Checkpoint``: header-checked, no tensor read (the bundled model:
+    its loader)."""
+    copy_weights: str | None = None
+    """``(checkpoint, dst, metadata)``: the checked tensors under this package's names;
+    ``None``: not imported (this package's own checkpoints are exported as they are)."""
+    load_weights: str | None = None
+    """``(policy_dir, model)``: a policy directory's weights into a model, strictly."""
+    detect: str | None = None
+    """``(config_json, path) -> name | None`` for layouts without LeRobot's ``type``."""
+    lerobot_type: str | None = None
+    """LeRobot's ``config.json`` ``type`` for this architecture."""
+    options: tuple[str, ...] = ()
+    """The :class:`~vla_edge.archs.common.ImportOptions` fields it reads."""
+    tokenizer: str = "sentencepiece"
+    """``sentencepiece`` (a model file) or ``huggingface`` (a tokenizer directory)."""
+    export: str | None = None
+    """Its :class:`ExportHooks` (``module:attribute``); ``None``: no policy directory to
+    export (the bundled model's ``.pt`` checkpoint has its own path)."""
+    bench: str | None = None
+    """Its :class:`BenchHooks`; ``None``: not built at random by the benchmarks."""
+    facts: Callable[[Any], PolicyFacts] | None = field(default=None, repr=False)
+    check: Callable[[Any], str | None] | None = field(default=None, repr=False)
+    """A contradiction between the config and the name (``None``: consistent)."""
+
+    @property
+    def importable(self) -> bool:
+        """Whether ``vla-edge import`` turns its checkpoints into a policy directory."""
+        return self.copy_weights is not None
+
+    def resolve(self, name: str) -> Any:
+        """The object a ``module:attribute`` field names, imported now.
+
+        Raises:
+            UnknownArchitectureError: the field is ``None`` (the architecture has none).
+        """
+        target = getattr(self, name)
+        if target is None:
+            raise UnknownArchitectureError(f"architecture = {self.name!r}: has no {name}")
+        module, _, attribute = target.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+    def config_class(self) -> Any:
+        """The config class."""
+        return self.resolve("config")
+
+    def export_hooks(self) -> ExportHooks:
+        """Its :class:`ExportHooks` (imports torch).
+
+        Raises:
+            UnknownArchitectureError: it registers none.
+        """
+        return self.resolve("export")
+
+    def bench_hooks(self) -> BenchHooks:
+        """Its :class:`BenchHooks` (imports torch).
+
+        Raises:
+            UnknownArchitectureError: it registers none.
+        """
+        return self.resolve("bench")
+
+    def line(self) -> str:
+        """One line of ``vla-edge import --list``."""
+        layouts = "; ".join(f"{layout.name} ({layout.summary})" for layout in self.layouts)
+        how = "" if self.importable else " [no import needed: vla-edge export reads it]"
+        return f"{self.name:<8} {self.title}: {layouts}{how}"
+
+
+__all__ = ["Architecture", "BenchHooks", "ExportHooks", "Layout", "PolicyFacts"]
