@@ -1,0 +1,438 @@
+"""GR00T N1.7 as one torch module whose state dict is upstream's checkpoint layout.
+
+Upstream: NVIDIA/Isaac-GR00T ``gr00t/model/gr00t_n1d7/gr00t_n1d7.py`` @2d1e82fe
+(``Gr00tN1d7``, ``Gr00tN1d7ActionHead``), ``gr00t/model/modules/qwen3_backbone.py``
+@1a332159 (``Qwen3Backbone``), ``gr00t/model/modules/dit.py`` @2ea60d6d. The module tree
+mirrors theirs, so every checkpoint key is reachable by name::
+
+    backbone.model.model.visual.*               stock Qwen3VLVisionModel (24 blocks, deepstack)
+    backbone.model.model.language_model.*       stock Qwen3VLTextModel cut to select_layer layers
+    backbone.model.lm_head                      not built (see below)
+    action_head.model.*                         AlternateVLDiT (time encoder, blocks, proj_out)
+    action_head.{state_encoder,action_decoder}  CategorySpecificMLP (layer1/layer2 .W .b)
+    action_head.action_encoder                  MultiEmbodimentActionEncoder (W1, W2, W3)
+    action_head.vlln, action_head.vl_self_attention, action_head.position_embedding
+
+The one deliberate departure: upstream's backbone is a ``Qwen3VLForConditionalGeneration``
+whose ``lm_head`` (tied to the token table, ``[151936, 2048]``) no action is computed
+from; it is not built here (:mod:`vla_edge.archs.groot.layout` drops it on import). The
+language model's final norm is built (the checkpoint holds it) and never read.
+
+The arithmetic is :mod:`vla_edge.archs.groot.layers`; :meth:`GrootModel.sample_actions` is
+the eager reference that the stages (:mod:`vla_edge.archs.groot.stages`) must equal.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.models.qwen3_vl import Qwen3VLConfig
+from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+
+from vla_edge.archs.groot.config import GrootConfig
+from vla_edge.archs.groot.layers import (
+    AlternateVLDiT,
+    CategorySpecificMLP,
+    MultiEmbodimentActionEncoder,
+    SelfAttentionTransformer,
+    causal_pad_mask,
+    deepstack_inject,
+    key_mask,
+    mrope_positions,
+    patchify,
+    sinusoid,
+    slot_layout,
+    time_buckets,
+    timestep_features,
+    vision_block,
+    vision_tables,
+)
+
+
+def qwen3_vl_config(config: GrootConfig) -> Qwen3VLConfig:
+    """A stock ``Qwen3VLConfig`` for the backbone (eager attention, ``select_layer`` layers)."""
+    v, t = config.vision, config.text
+    return Qwen3VLConfig(
+        vision_config={
+            "depth": v.depth,
+            "hidden_size": v.hidden,
+            "hidden_act": "gelu_pytorch_tanh",
+            "intermediate_size": v.mlp_dim,
+            "num_heads": v.num_heads,
+            "in_channels": 3,
+            "patch_size": v.patch_size,
+            "spatial_merge_size": v.spatial_merge_size,
+            "temporal_patch_size": v.temporal_patch_size,
+            "out_hidden_size": t.width,
+            "num_position_embeddings": v.num_position_embeddings,
+            "deepstack_visual_indexes": list(v.deepstack_layers),
+            "rope_parameters": {"rope_type": "axial", "rope_theta": v.rope_theta},
+        },
+        text_config={
+            "vocab_size": t.vocab_size,
+            "hidden_size": t.width,
+            "intermediate_size": t.mlp_dim,
+            "num_hidden_layers": t.depth,
+            "num_attention_heads": t.num_heads,
+            "num_key_value_heads": t.num_kv_heads,
+            "head_dim": t.head_dim,
+            "hidden_act": "silu",
+            "rms_norm_eps": t.rms_norm_eps,
+            "attention_bias": False,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": t.rope_theta,
+                "mrope_section": list(t.mrope_section),
+                "mrope_interleaved": True,
+            },
+        },
+        image_token_id=config.image_token_id,
+        vision_start_token_id=config.vision_start_id,
+        vision_end_token_id=config.vision_end_id,
+        attn_implementation="eager",
+    )
+
+
+class Qwen3VLHolder(nn.Module):
+    """Upstream's ``Qwen3VLForConditionalGeneration`` without its unread ``lm_head``."""
+
+    def __init__(self, config: GrootConfig) -> None:
+        super().__init__()
+        self.model = Qwen3VLModel(qwen3_vl_config(config))
+
+
+class Backbone(nn.Module):
+    """Upstream's ``Qwen3Backbone`` (``backbone.model.model.{visual,language_model}``)."""
+
+    def __init__(self, config: GrootConfig) -> None:
+        super().__init__()
+        self.model = Qwen3VLHolder(config)
+
+
+class ActionHead(nn.Module):
+    """Upstream's ``Gr00tN1d7ActionHead`` modules (``action_head.*``)."""
+
+    def __init__(self, config: GrootConfig) -> None:
+        super().__init__()
+        c = config
+        width = c.input_embedding_dim
+        self.model = AlternateVLDiT(c)
+        self.state_encoder = CategorySpecificMLP(
+            c.max_num_embodiments, c.max_state_dim, c.hidden_size, width
+        )
+        self.action_encoder = MultiEmbodimentActionEncoder(
+            c.max_action_dim, width, c.max_num_embodiments
+        )
+        self.action_decoder = CategorySpecificMLP(
+            c.max_num_embodiments, c.hidden_size, c.hidden_size, c.max_action_dim
+        )
+        self.vlln = nn.LayerNorm(c.text.width)
+        s = c.vl_self_attention
+        self.vl_self_attention = SelfAttentionTransformer(s.depth, s.num_heads, s.head_dim)
+        self.position_embedding = nn.Embedding(c.max_seq_len, width)
+
+
+def _host_tables(config: GrootConfig, device: torch.device) -> dict[str, torch.Tensor]:
+    """The constant tables of the vision grid and the prompt layout, on ``device``.
+
+    Made on the host (transformers' grid helpers read their sizes there) once at build
+    time, then moved; on ``meta`` they are shapes only.
+    """
+    with torch.device("cpu"):
+        indices, weights, positions = vision_tables(config.vision)
+        layout = slot_layout(config)
+    tables = {
+        "interp_indices": indices,
+        "interp_weights": weights,
+        "rope_positions": positions,
+        "layout_ids": layout["ids"],
+        "image_rows": layout["image_rows"],
+        "slot_rows": layout["slot_rows"],
+        "is_image": layout["is_image"],
+    }
+    return {name: value.to(device) for name, value in tables.items()}
+
+
+def register_tables(module: nn.Module, tables: dict[str, torch.Tensor], names: tuple[str, ...]):
+    """``names`` of ``tables`` as non-persistent buffers of ``module`` (moved by ``.to``)."""
+    for name in names:
+        module.register_buffer(name, tables[name], persistent=False)
+
+
+VISION_TABLES = ("interp_indices", "interp_weights", "rope_positions")
+PREFIX_TABLES = ("layout_ids", "image_rows", "slot_rows", "is_image")
+
+
+class VisionParts:
+    """The vision tower's pass (mixin; needs ``config``, ``visual`` and the vision tables)."""
+
+    config: GrootConfig
+    visual: nn.Module
+    interp_indices: torch.Tensor
+    interp_weights: torch.Tensor
+    rope_positions: torch.Tensor
+
+    def embed_images(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``[n, 3, H, W]`` in [-1, 1] → ``(image_tokens, deepstack)``.
+
+        ``image_tokens`` ``[n, T, W]``, ``deepstack`` ``[k, n, T, W]``.
+
+        ``T`` merged tokens per image, ``W`` the language model's width, ``k`` deepstack
+        taps (each the output of vision block ``deepstack_layers[j]`` through its merger).
+        """
+        v = self.config.vision
+        visual = self.visual
+        dtype = visual.patch_embed.proj.weight.dtype
+        patches = patchify(images.to(dtype), v)
+        n, count, _ = patches.shape
+        x = visual.patch_embed(patches.reshape(n * count, v.patch_dim)).reshape(n, count, -1)
+        table = visual.pos_embed(self.interp_indices) * self.interp_weights[:, :, None]
+        x = x + table.sum(1).to(x.dtype)[None]
+        cos, sin = visual.rotary_pos_emb(x, self.rope_positions)
+        taps = []
+        for i, block in enumerate(visual.blocks):
+            x = vision_block(block, x, cos, sin)
+            if i in v.deepstack_layers:
+                merger = visual.deepstack_merger_list[v.deepstack_layers.index(i)]
+                taps.append(merger(x.reshape(n * count, -1)).reshape(n, v.num_tokens, -1))
+        tokens = visual.merger(x.reshape(n * count, -1)).reshape(n, v.num_tokens, -1)
+        deepstack = torch.stack(taps) if taps else tokens.new_zeros(0, *tokens.shape)
+        return tokens, deepstack
+
+
+class PrefixParts:
+    """The language model, VL self-attention and state encoder (mixin).
+
+    Needs ``config``, ``language_model``, ``vlln``, ``vl_self_attention``,
+    ``state_encoder`` and the prefix tables.
+    """
+
+    config: GrootConfig
+    language_model: nn.Module
+    vlln: nn.Module
+    vl_self_attention: nn.Module
+    state_encoder: nn.Module
+    layout_ids: torch.Tensor
+    image_rows: torch.Tensor
+    slot_rows: torch.Tensor
+    is_image: torch.Tensor
+
+    def sequence_pad(self, image_mask: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+        """``[1, L]`` float: 1 at the tokens that exist (present slots, real host tokens)."""
+        present = torch.cat([(image_mask != 0).to(torch.float32), image_mask.new_ones(1)])
+        fixed = torch.matmul(present[None].to(self.slot_rows.dtype), self.slot_rows)
+        return torch.cat([fixed.to(torch.float32), token_mask.to(torch.float32)], dim=1)
+
+    def language_features(
+        self,
+        image_tokens: torch.Tensor,
+        deepstack: torch.Tensor,
+        image_mask: torch.Tensor,
+        token_ids: torch.Tensor,
+        token_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cut language model's last hidden states ``[1, L, W]`` (no final norm), and the pad.
+
+        The prompt layout (lead tokens, each slot wrapped in vision start/end, host tokens)
+        is embedded, the image pads replaced by the image tokens, and the decoder layers
+        run with M-RoPE positions, deepstack after the first layers.
+        """
+        lm = self.language_model
+        ids = torch.cat([self.layout_ids[None], token_ids], dim=1)
+        x = lm.embed_tokens(ids)
+        n_image = self.image_rows.shape[0]
+        x = x.index_copy(1, self.image_rows, image_tokens.reshape(1, n_image, -1).to(x.dtype))
+        pad = self.sequence_pad(image_mask, token_mask)
+        positions = mrope_positions(self.config, image_mask, token_mask)
+        cos_sin = lm.rotary_emb(x, positions)
+        mask = causal_pad_mask(pad, x.dtype)
+        for i, layer in enumerate(lm.layers):
+            x = layer(x, position_embeddings=cos_sin, attention_mask=mask)
+            if i < deepstack.shape[0]:
+                x = deepstack_inject(x, deepstack[i].reshape(n_image, -1), self.image_rows)
+        return x, pad
+
+    def fuse(
+        self,
+        image_tokens: torch.Tensor,
+        deepstack: torch.Tensor,
+        image_mask: torch.Tensor,
+        token_ids: torch.Tensor,
+        token_mask: torch.Tensor,
+        state: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(vl_tokens [1, L, W], text_mask [1, L], image_mask [1, L], state_tokens [1, 1, E])``.
+
+        ``vl_tokens``: the language model's output through ``vlln`` and the VL
+        self-attention (pad tokens masked as keys); the masks are float 0/1: the real
+        non-image tokens and the real image tokens (the DiT's two cross-attention targets).
+        """
+        x, pad = self.language_features(image_tokens, deepstack, image_mask, token_ids, token_mask)
+        x = self.vl_self_attention(self.vlln(x), key_mask(pad, x.dtype))
+        image_seq = pad * self.is_image[None].to(pad.dtype)
+        text_seq = pad - image_seq
+        weight = self.state_encoder.layer1.W
+        state_tokens = self.state_encoder(state[:, None, :].to(weight.dtype), self.embodiment)
+        return x, text_seq, image_seq, state_tokens
+
+    @property
+    def embodiment(self) -> int:
+        """The weight slice of the per-embodiment encoders."""
+        return self.config.embodiment_id
+
+
+class ActionParts:
+    """The velocity of the flow (mixin; needs ``config``, ``dit``, the encoders, decoder)."""
+
+    config: GrootConfig
+    dit: AlternateVLDiT
+    action_encoder: MultiEmbodimentActionEncoder
+    action_decoder: CategorySpecificMLP
+    position_embedding: nn.Embedding
+
+    def velocity(
+        self,
+        vl_tokens: torch.Tensor,
+        text_mask: torch.Tensor,
+        image_mask: torch.Tensor,
+        state_tokens: torch.Tensor,
+        x_t: torch.Tensor,
+        dit_time: torch.Tensor,
+        action_time: torch.Tensor,
+        embodiment: int,
+    ) -> torch.Tensor:
+        """The predicted velocity ``[1, H, A]`` (float32) at actions ``x_t``.
+
+        Args:
+            dit_time: ``[1, timestep_channels]`` :func:`~.layers.timestep_features` of the bucket.
+            action_time: ``[1, E]`` :func:`~.layers.sinusoid` of the bucket.
+        """
+        dtype = self.position_embedding.weight.dtype
+        horizon = x_t.shape[1]
+        a = self.action_encoder(x_t.to(dtype), action_time, embodiment)
+        a = a + self.position_embedding.weight[:horizon][None]
+        tokens = torch.cat([state_tokens.to(dtype), a], dim=1)
+        temb = self.dit.timestep_encoder(dit_time)
+        out = self.dit(
+            tokens,
+            vl_tokens.to(dtype),
+            temb,
+            key_mask(text_mask, dtype),
+            key_mask(image_mask, dtype),
+        )
+        pred = self.action_decoder(out, embodiment)
+        return pred[:, -horizon:].to(torch.float32)
+
+
+class GrootModel(nn.Module, VisionParts, PrefixParts, ActionParts):
+    """GR00T N1.7: upstream's module tree, our fixed-shape forward (see the module docstring)."""
+
+    def __init__(self, config: GrootConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = Backbone(config)
+        self.action_head = ActionHead(config)
+        device = self.action_head.vlln.weight.device
+        tables = _host_tables(config, device)
+        register_tables(self, tables, VISION_TABLES + PREFIX_TABLES)
+
+    @property
+    def visual(self) -> nn.Module:  # type: ignore[override]
+        """The stock Qwen3-VL vision tower."""
+        return self.backbone.model.model.visual
+
+    @property
+    def language_model(self) -> nn.Module:  # type: ignore[override]
+        """The stock Qwen3-VL language model (cut to ``select_layer`` layers)."""
+        return self.backbone.model.model.language_model
+
+    @property
+    def dit(self) -> AlternateVLDiT:  # type: ignore[override]
+        """The ``AlternateVLDiT``."""
+        return self.action_head.model
+
+    @property
+    def vlln(self) -> nn.LayerNorm:  # type: ignore[override]
+        """The layer norm before the VL self-attention."""
+        return self.action_head.vlln
+
+    @property
+    def vl_self_attention(self) -> SelfAttentionTransformer:  # type: ignore[override]
+        """The VL self-attention."""
+        return self.action_head.vl_self_attention
+
+    @property
+    def state_encoder(self) -> CategorySpecificMLP:  # type: ignore[override]
+        """The per-embodiment state encoder."""
+        return self.action_head.state_encoder
+
+    @property
+    def action_encoder(self) -> MultiEmbodimentActionEncoder:  # type: ignore[override]
+        """The per-embodiment action encoder."""
+        return self.action_head.action_encoder
+
+    @property
+    def action_decoder(self) -> CategorySpecificMLP:  # type: ignore[override]
+        """The per-embodiment action decoder."""
+        return self.action_head.action_decoder
+
+    @property
+    def position_embedding(self) -> nn.Embedding:  # type: ignore[override]
+        """The action tokens' position table."""
+        return self.action_head.position_embedding
+
+    @torch.no_grad()
+    def sample_actions(
+        self,
+        images: torch.Tensor,
+        image_mask: torch.Tensor,
+        token_ids: torch.Tensor,
+        token_mask: torch.Tensor,
+        state: torch.Tensor,
+        noise: torch.Tensor,
+        embodiment: int | None = None,
+    ) -> torch.Tensor:
+        """The eager reference: backbone, then K Euler steps from the noise (``t = 0``) to 1.
+
+        Step ``k`` is at ``t = k / K`` with time bucket ``int(t * num_timestep_buckets)``;
+        ``x <- x + v / K``. ``embodiment`` overrides ``config.embodiment_id``.
+        """
+        c = self.config
+        e = c.embodiment_id if embodiment is None else embodiment
+        tokens, deepstack = self.embed_images(images)
+        x, pad = self.language_features(tokens, deepstack, image_mask, token_ids, token_mask)
+        vl = self.vl_self_attention(self.vlln(x), key_mask(pad, x.dtype))
+        image_seq = pad * self.is_image[None].to(pad.dtype)
+        text_seq = pad - image_seq
+        weight = self.state_encoder.layer1.W
+        state_tokens = self.state_encoder(state[:, None, :].to(weight.dtype), e)
+        x_t = noise.to(torch.float32)
+        dt = 1.0 / c.flow_steps
+        for bucket in time_buckets(c.flow_steps, c.num_timestep_buckets):
+            b = torch.full((1,), float(bucket), device=noise.device)
+            v = self.velocity(
+                vl,
+                text_seq,
+                image_seq,
+                state_tokens,
+                x_t,
+                timestep_features(b, c.timestep_channels),
+                sinusoid(b, c.input_embedding_dim),
+                e,
+            )
+            x_t = x_t + dt * v
+        return x_t
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Parameters of ``model`` (each shared tensor once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = [
+    "ActionHead",
+    "Backbone",
+    "GrootModel",
+    "count_parameters",
+    "qwen3_vl_config",
+]
