@@ -191,12 +191,20 @@ def test_the_branch_scan_sees_each_kind_of_branch(tmp_path) -> None:
 def test_the_generic_exporter_refuses_an_unknown_architecture_by_name() -> None:
     import torch
 
-    from vla_edge.export.architecture import hooks, stage_programs_of
+    from vla_edge.export.architecture import (
+        checkpoint_architecture,
+        hooks,
+        policy_dir_hooks,
+        stage_programs_of,
+    )
 
     with pytest.raises(UnknownArchitectureError, match=r"architecture = 'nope' is not registered"):
         hooks("nope")
+    # the bundled model exports its own checkpoints through its hooks, not policy directories
+    assert checkpoint_architecture() == "bundled"
+    assert hooks("bundled").language_stage == "language_encoder"
     with pytest.raises(UnknownArchitectureError, match="'bundled' has no policy directory"):
-        hooks("bundled")
+        policy_dir_hooks("bundled")
     with pytest.raises(UnknownArchitectureError, match=r"model class = 'torch.nn.modules.linear"):
         stage_programs_of(torch.nn.Linear(2, 2))
 

@@ -8,8 +8,8 @@ import torch
 from policy_synthetic import tiny_config, write_dataset
 
 from vla_edge.core.errors import ConfigError
+from vla_edge.export.architecture import stage_programs_of
 from vla_edge.export.executorch_export import export_stage_executorch, quantize_convs_int8
-from vla_edge.export.stages import policy_stages
 from vla_edge.policy.model import VlaPolicy
 from vla_edge.sim.frames import calibration_images, expert_observations
 
@@ -46,7 +46,7 @@ def test_calibration_frames_can_come_from_recorded_demonstrations(tmp_path: Path
 def _vision_stage():
     torch.manual_seed(0)
     policy = VlaPolicy(tiny_config(vision_keypoints=4))
-    return policy_stages(policy, ("vision_encoder",))[0]
+    return stage_programs_of(policy, "executorch", names=("vision_encoder",))[0]
 
 
 @pytest.mark.slow
@@ -87,20 +87,20 @@ def test_int8_convolutions_refuse_an_empty_calibration() -> None:
 
 
 def test_missing_calibration_data_is_refused_before_any_export(tmp_path: Path) -> None:
-    from vla_edge.export.pipeline import export_policy
+    from vla_edge.export.architecture import export_checkpoint
 
     policy = VlaPolicy(tiny_config(vision_keypoints=4))
     with pytest.raises(ConfigError, match="calibration_data"):
-        export_policy(
+        export_checkpoint(
             policy, tmp_path / "out", "executorch", "8da4w", calibration_data=tmp_path / "none"
         )
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
 def test_8da4w_without_a_calibration_source_is_refused_before_any_export(tmp_path: Path) -> None:
-    from vla_edge.export.pipeline import export_policy
+    from vla_edge.export.architecture import export_checkpoint
 
     policy = VlaPolicy(tiny_config(vision_keypoints=4))
     with pytest.raises(ConfigError, match="calibration_source = None.*calibration_frames = 0"):
-        export_policy(policy, tmp_path / "out", "executorch", "8da4w")
+        export_checkpoint(policy, tmp_path / "out", "executorch", "8da4w")
     assert not (tmp_path / "out").exists()

@@ -109,7 +109,7 @@ def test_manifest_missing_a_field_or_a_program_is_refused(onnx_dir, tmp_path) ->
 
 
 def test_a_program_is_reused_only_when_made_the_same_way(onnx_dir, tmp_path) -> None:
-    from vla_edge.export.pipeline import _reuse_stage
+    from vla_edge.export.pipeline import reuse_stage
     from vla_edge.export.quant_recipes import StageQuant
 
     manifest = load_manifest(onnx_dir)
@@ -125,7 +125,7 @@ def test_a_program_is_reused_only_when_made_the_same_way(onnx_dir, tmp_path) -> 
 
     def reused(folder, settings=None, weights=same):  # noqa: ANN001, ANN202
         settings = settings or StageQuant()
-        return _reuse_stage("fusion", folder, out, "onnx", settings, declared, weights)
+        return reuse_stage("fusion", folder, out, "onnx", settings, declared, weights)
 
     entry = reused(onnx_dir)
     assert entry is not None and entry["reused_from"] == str(onnx_dir)

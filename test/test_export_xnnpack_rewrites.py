@@ -3,8 +3,8 @@ from policy_synthetic import tiny_config
 from torch import nn
 
 from vla_edge.archs.bundled.stages import example_inputs
+from vla_edge.archs.bundled.xnnpack import ATTENTION_REWRITE, XnnpackAttention
 from vla_edge.export.xnnpack_rewrites import (
-    XnnpackAttention,
     XnnpackGroupNorm,
     XnnpackLayerNorm,
     rewrite_for_xnnpack,
@@ -23,19 +23,22 @@ def test_rewritten_stages_compute_the_same_outputs_as_the_policy() -> None:
     examples = example_inputs(policy)
     for name in ("vision_encoder", "fusion", "action_head"):
         original = getattr(policy, name)
-        rewritten, counts = rewrite_for_xnnpack(original)
+        rewritten, counts = rewrite_for_xnnpack(original, attention=ATTENTION_REWRITE)
         assert counts["norms"] > 0
         with torch.no_grad():
             want = original(*examples[name])
             got = rewritten(*examples[name])
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
-    _, counts = rewrite_for_xnnpack(policy.action_head)
+    _, counts = rewrite_for_xnnpack(policy.action_head, attention=ATTENTION_REWRITE)
     assert counts == {"norms": 2 + 3 * 1, "attention": 2 * 1}
+    # without the architecture's attention rewrite only the norms are rewritten
+    _, counts = rewrite_for_xnnpack(policy.action_head)
+    assert counts == {"norms": 2 + 3 * 1, "attention": 0}
 
 
 def test_rewrite_replaces_every_norm_and_attention_and_leaves_the_original_alone() -> None:
     policy = VlaPolicy(tiny_config())
-    rewritten, _ = rewrite_for_xnnpack(policy.fusion)
+    rewritten, _ = rewrite_for_xnnpack(policy.fusion, attention=ATTENTION_REWRITE)
     kinds = {type(m) for m in rewritten.modules()}
     assert XnnpackLayerNorm in kinds and XnnpackAttention in kinds
     assert nn.LayerNorm not in kinds

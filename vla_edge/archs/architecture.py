@@ -9,9 +9,10 @@ torch: the functions an entry names are ``"module:attribute"`` strings resolved 
 The generic code above this layer reads the hooks instead of branching on a name:
 
 * :class:`ExportHooks` (``Architecture.export``): what :mod:`vla_edge.export.architecture`
-  needs to export a policy directory or a model: its stage modules per backend with chained
-  example inputs, the manifest's contract, its normalisation from statistics, the tokenizer
-  files it copies, the policy directory's model with its weights.
+  needs to export a policy directory, a checkpoint or a model: its stage modules per backend
+  with chained example inputs, the manifest's contract, its normalisation from statistics,
+  the tokenizer files it copies, the policy directory's (or the checkpoint's) model with its
+  weights, a language stage reused across exports.
 * :class:`BenchHooks` (``Architecture.bench``): the sizes the benchmarks build, the layer
   counts one stage's fit search shrinks, the published layout a random model is written in.
 """
@@ -67,24 +68,26 @@ class ExportHooks:
     stage_modules: Callable[[Any, str, int], tuple[Any, dict[str, Any], dict[str, tuple]]]
     """``(model, backend, seed) -> (stage set, stage name -> module, stage name -> chained
     example inputs)``; the modules are the backend's (ExecuTorch: the XNNPACK rewrite)."""
-    contract: Callable[..., dict[str, Any]]
+    executorch_stages: str
+    """The module of the ExecuTorch rewrite, recorded in a policy directory export's
+    manifest ``exporter``."""
+    contract: Callable[..., dict[str, Any]] | None = None
     """``(config, *, joint_names, camera_map, dt_action_s, normalisation, source) -> the
-    manifest's fields besides the stages and the exporter``."""
-    normalisation: Callable[[Any, Mapping[str, Any], int, Any], dict[str, Any]]
+    manifest's fields besides the stages and the exporter``; this and the next four:
+    ``None`` for an architecture without policy directories (:attr:`load_checkpoint`)."""
+    normalisation: Callable[[Any, Mapping[str, Any], int, Any], dict[str, Any]] | None = None
     """``(config, statistics, n, delta_actions) -> the manifest's normalisation`` with the
     architecture's kind and epsilon."""
-    tokenizer_files: Callable[[Path], dict[str, Path]]
+    tokenizer_files: Callable[[Path], dict[str, Path]] | None = None
     """``(the user's tokenizer) -> {path in the export: file}``; raises when it is not one."""
-    checked_policy: Callable[..., tuple[Any, Any]]
+    checked_policy: Callable[..., tuple[Any, Any]] | None = None
     """``(policy_dir, flow_steps=None, verify_sha256=True) -> (PolicyDir, config)``: the
     directory checked against the architecture (prompt, image fit, tokenizer), its config
     with ``flow_steps`` applied; no weight read."""
-    load_model: Callable[..., tuple[Any, Any]]
+    load_model: Callable[..., tuple[Any, Any]] | None = None
     """``(policy_dir, flow_steps=None, *, stage=None, verify_sha256=True) -> (PolicyDir,
     model with the directory's weights)``; ``stage``: only that stage's weights (only when
     :attr:`low_memory`)."""
-    executorch_stages: str
-    """The module of the ExecuTorch rewrite, recorded in the manifest's ``exporter``."""
     not_delegated_why: Mapping[str, str] = field(default_factory=dict)
     """Why an operator stays outside XNNPACK, by operator (printed after an export)."""
     check_tokenizer: Callable[[Path, Any], None] | None = None
@@ -93,6 +96,29 @@ class ExportHooks:
     """Record each copied tokenizer file's sha256 in ``host.token_ids.tokenizer.files``."""
     low_memory: bool = False
     """Whether ``load_model(stage=...)`` reads one stage's weights (``--low-memory``)."""
+    load_checkpoint: Callable[..., Any] | None = None
+    """``(checkpoint file, flow_steps=None) -> model with its weights``: an architecture
+    whose own checkpoints are exported as they are (``vla-edge export --checkpoint``);
+    ``None``: only policy directories."""
+    untrained_model: Callable[..., Any] | None = None
+    """``(model config file, flow_steps=None) -> freshly initialised model`` (seeded), for
+    timing other sizes; ``None``: not offered."""
+    checkpoint_contract: Callable[[Any, Path | None], dict[str, Any]] | None = None
+    """``(model, checkpoint file or None: untrained) -> the manifest's fields besides the
+    stages and the exporter`` (its ``source`` included), read from the model itself."""
+    checkpoint_tokenizer: Callable[[], dict[str, Path]] | None = None
+    """``() -> {path in the export: file}``: the tokenizer a checkpoint's model reads."""
+    language_stage: str | None = None
+    """A stage that encodes the instruction alone with frozen weights (rate
+    ``per_instruction``): it may run on a backend of its own, and its program is reused
+    from an earlier export of any weights made at :attr:`language_revision`."""
+    language_revision: int = 0
+    """Bumped when :attr:`language_stage`'s program changes for the same package versions;
+    recorded in the manifest's ``exporter.language_revision``."""
+    xnnpack_attention: tuple[type, Callable[[Any], Any]] | None = None
+    """``(attention class, rewrite)``: the ExecuTorch export swaps each instance for
+    ``rewrite(instance)`` (heads folded for XNNPACK) in its copy of a stage; ``None``:
+    :attr:`stage_modules` already gives the rewrite."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +178,7 @@ class Architecture:
     tokenizer: str = "sentencepiece"
     """``sentencepiece`` (a model file) or ``huggingface`` (a tokenizer directory)."""
     export: str | None = None
-    """Its :class:`ExportHooks` (``module:attribute``); ``None``: no policy directory to
-    export (the bundled model's ``.pt`` checkpoint has its own path)."""
+    """Its :class:`ExportHooks` (``module:attribute``); ``None``: not exported."""
     bench: str | None = None
     """Its :class:`BenchHooks`; ``None``: not built at random by the benchmarks."""
     facts: Callable[[Any], PolicyFacts] | None = field(default=None, repr=False)

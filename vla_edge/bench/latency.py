@@ -119,12 +119,9 @@ def runtime_import_costs() -> dict[str, Any]:
 # ---------------------------------------------------------------- models
 def _same_export(folder: Path, policy: Any, trained: bool) -> bool:
     """An existing export of exactly this model config and exporter versions."""
+    from vla_edge.archs.bundled.programs import LANGUAGE_EXPORTER_REVISION
     from vla_edge.export.manifest import load_manifest
-    from vla_edge.export.pipeline import (
-        EXPORTER_REVISION,
-        LANGUAGE_EXPORTER_REVISION,
-        package_versions,
-    )
+    from vla_edge.export.pipeline import EXPORTER_REVISION, package_versions
 
     try:
         manifest = load_manifest(folder)
@@ -158,7 +155,7 @@ def prepare_exports(
     ``language_from`` maps ``<backend>_<quant>`` to an export whose (identical)
     language program is copied instead of exported again; it is updated.
     """
-    from vla_edge.export.pipeline import export_policy
+    from vla_edge.export.architecture import export_checkpoint as export_policy
     from vla_edge.sim.frames import calibration_images
 
     dirs: dict[str, Path] = {}

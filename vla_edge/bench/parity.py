@@ -187,7 +187,7 @@ def run_parity(args: argparse.Namespace) -> dict[str, Any]:
             if not args.export_missing:
                 report["skipped"][name] = f"no export at {folder}"
                 continue
-            from vla_edge.export.pipeline import export_policy
+            from vla_edge.export.architecture import export_checkpoint as export_policy
             from vla_edge.sim.frames import calibration_images
 
             export_policy(

@@ -236,7 +236,7 @@ def _export_variant(
     policy: Any, ckpt: Path, recipe: QuantRecipe, folder: Path, reuse: list[Path]
 ) -> dict[str, Any]:
     """Export the checkpoint with ``recipe`` into ``folder``; the variant's export figures."""
-    from vla_edge.export.pipeline import export_policy
+    from vla_edge.export.architecture import export_checkpoint as export_policy
     from vla_edge.sim.frames import calibration_images
 
     export_policy(
@@ -267,7 +267,7 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from vla_edge.bench.machine import machine_info
-    from vla_edge.export.stages import policy_stages
+    from vla_edge.export.architecture import stage_programs_of
     from vla_edge.policy.model import load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path
     from vla_edge.runners.parity import export_parity
@@ -324,7 +324,7 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
         cfg.chunk_horizon,
         args.parity_samples,
     )
-    eager = {s.name: s.module for s in policy_stages(policy, STAGES)}
+    eager = {s.name: s.module for s in stage_programs_of(policy, names=STAGES)}
     folders: dict[str, Path] = {}
     for name, recipe in plans.items():
         entry = report["variants"].get(name, {})

@@ -20,8 +20,10 @@ command. ``--checkpoint bundled`` names the shipped model. ``--untrained-config 
 exports freshly initialised weights of a model config instead (for timing at
 other input sizes; the manifest records ``source.trained = false``).
 ``--policy`` exports a third-party policy directory written by ``vla-edge
-import`` with :func:`vla_edge.export.architecture.export_policy_dir`, which reads the
-export hooks its architecture registers (:mod:`vla_edge.archs.registry`).
+import`` with :func:`vla_edge.export.architecture.export_policy_dir`, a checkpoint with
+:func:`vla_edge.export.architecture.export_checkpoint`; both read the export hooks its
+architecture registers (:mod:`vla_edge.archs.registry`; the bundled model's are
+:mod:`vla_edge.archs.bundled.programs`).
 
 The command's front end: it hands the export the policy path of
 :mod:`vla_edge.runners.factory` and the calibration frames of :mod:`vla_edge.sim.frames`
@@ -33,7 +35,7 @@ The command's front end: it hands the export the policy path of
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,111 +143,113 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Export and print one line per stage."""
+    """Export and print one line per stage: a checkpoint or a policy directory, by its hooks.
+
+    Both go through the generic exporter (:mod:`vla_edge.export.architecture`): a policy
+    directory through :func:`~vla_edge.export.architecture.export_policy_dir`, a checkpoint
+    (``--checkpoint``, ``--untrained-config``) through
+    :func:`~vla_edge.export.architecture.export_checkpoint`, each reading the hooks its
+    architecture registers.
+    """
     import sys
 
     import torch
 
-    from vla_edge.export.pipeline import export_policy
-    from vla_edge.export.quant_recipes import resolve_recipe
-    from vla_edge.policy.model import VlaPolicy, load_checkpoint
-    from vla_edge.runners.factory import resolve_policy_path
-    from vla_edge.sim.frames import calibration_images
-
     torch.set_num_threads(max(1, int(args.threads)))
-    if args.policy is not None:
-        return _run_policy_dir(args)
     try:
         _check_gate_args(args)
-        recipe = resolve_recipe(args.quant, args.quant_recipes)
-        for flag, value in (("--robot-mjcf", args.robot_mjcf), ("--ee-site", args.ee_site)):
-            if value is not None:
-                raise ConfigError(f"{flag} is for --policy (a policy directory's kinematics)")
-        if args.low_memory:
-            raise ConfigError("--low-memory is for --policy (a π0 / π0.5 policy directory)")
-        checkpoint: Path | None
-        if args.untrained_config is not None:
-            from vla_edge.policy.config import load_train_file
-
-            torch.manual_seed(0)
-            policy = VlaPolicy(load_train_file(args.untrained_config).model)
-            checkpoint = None
-        else:
-            checkpoint = resolve_policy_path(args.checkpoint or "bundled")
-            policy = load_checkpoint(checkpoint)
-        if args.flow_steps is not None:
-            if not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
-                bound = f"expected 1 <= K <= {MAX_FLOW_STEPS}"
-                raise ConfigError(f"--flow-steps = {args.flow_steps}, {bound}")
-            policy.action_head.flow_steps = int(args.flow_steps)
-        export_policy(
-            policy,
-            args.out,
-            args.backend,
-            recipe,
-            checkpoint=checkpoint,
-            language_backend=args.language_backend,
-            reuse_language_from=args.reuse_language_from,
-            calibration_data=args.calibration_data,
-            calibration_source=calibration_images,
-            calibration_frames=args.calibration_frames,
-        )
+        if args.flow_steps is not None and not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
+            raise ConfigError(
+                f"--flow-steps = {args.flow_steps}, expected 1 <= K <= {MAX_FLOW_STEPS}"
+            )
+        eager = _export_policy_dir(args) if args.policy is not None else _export_checkpoint(args)
         if args.max_parity_pct is not None:
-            from vla_edge.archs.bundled.stages import BUNDLED_STAGES
-            from vla_edge.export.stages import policy_stages
-
-            eager = {s.name: s.module for s in policy_stages(policy, BUNDLED_STAGES)}
-            _parity_gate(args, eager)
+            _parity_gate(args, eager())
     except VlaEdgeError as exc:
         print(f"vla-edge export: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
-def _run_policy_dir(args: argparse.Namespace) -> int:
-    """``--policy DIR``: a policy directory's programs and manifest, by its architecture."""
-    import sys
+def _export_checkpoint(args: argparse.Namespace) -> Callable[[], Mapping[str, Any]]:
+    """``--checkpoint CKPT`` / ``--untrained-config``: the model's programs and manifest.
 
+    Returns:
+        The eager stage modules the parity gate compares with (made when called).
+    """
+    from vla_edge.export.architecture import (
+        export_checkpoint,
+        load_checkpoint_model,
+        stage_programs_of,
+        untrained_model,
+    )
+    from vla_edge.export.quant_recipes import resolve_recipe
+    from vla_edge.runners.factory import resolve_policy_path
+    from vla_edge.sim.frames import calibration_images
+
+    recipe = resolve_recipe(args.quant, args.quant_recipes)
+    for flag, value in (("--robot-mjcf", args.robot_mjcf), ("--ee-site", args.ee_site)):
+        if value is not None:
+            raise ConfigError(f"{flag} is for --policy (a policy directory's kinematics)")
+    if args.low_memory:
+        raise ConfigError("--low-memory is for --policy (a π0 / π0.5 policy directory)")
+    checkpoint: Path | None
+    if args.untrained_config is not None:
+        model = untrained_model(args.untrained_config, args.flow_steps)
+        checkpoint = None
+    else:
+        checkpoint = resolve_policy_path(args.checkpoint or "bundled")
+        model = load_checkpoint_model(checkpoint, args.flow_steps)
+    export_checkpoint(
+        model,
+        args.out,
+        args.backend,
+        recipe,
+        checkpoint=checkpoint,
+        language_backend=args.language_backend,
+        reuse_language_from=args.reuse_language_from,
+        calibration_data=args.calibration_data,
+        calibration_source=calibration_images,
+        calibration_frames=args.calibration_frames,
+    )
+    return lambda: {s.name: s.module for s in stage_programs_of(model, "onnx")}
+
+
+def _export_policy_dir(args: argparse.Namespace) -> Callable[[], Mapping[str, Any]]:
+    """``--policy DIR``: a policy directory's programs and manifest, by its architecture.
+
+    Returns:
+        The eager stage modules the parity gate compares with (made when called).
+    """
     from vla_edge.archs.policy_dir import load_policy_dir
-    from vla_edge.export.architecture import export_policy_dir, hooks, reference_stages
+    from vla_edge.export.architecture import export_policy_dir, policy_hooks, reference_stages
     from vla_edge.export.quant_recipes import resolve_recipe
 
-    bundled_only = {
+    checkpoint_only = {
         "--checkpoint": args.checkpoint,
         "--untrained-config": args.untrained_config,
         "--language-backend": args.language_backend,
         "--reuse-language-from": args.reuse_language_from,
         "--calibration-data": args.calibration_data,
     }
-    given = [flag for flag, value in bundled_only.items() if value is not None]
-    try:
-        _check_gate_args(args)
-        if given:
-            raise ConfigError(f"--policy: {given[0]} is for the bundled model, not a policy dir")
-        if args.flow_steps is not None and not 1 <= args.flow_steps <= MAX_FLOW_STEPS:
-            raise ConfigError(
-                f"--flow-steps = {args.flow_steps}, expected 1 <= K <= {MAX_FLOW_STEPS}"
-            )
-        policy = load_policy_dir(args.policy)
-        hooks(policy.architecture)  # an architecture without an exporter, before anything
-        recipe = resolve_recipe(args.quant, args.quant_recipes)
-        mjcf, ee_site = _checked_kinematics(policy, args.robot_mjcf, args.ee_site)
-        export_policy_dir(
-            args.policy,
-            args.out,
-            args.backend,
-            recipe,
-            flow_steps=args.flow_steps,
-            robot_mjcf=mjcf,
-            ee_site=ee_site,
-            low_memory=args.low_memory,
-        )
-        if args.max_parity_pct is not None:
-            _parity_gate(args, reference_stages(args.policy, args.flow_steps))
-    except VlaEdgeError as exc:
-        print(f"vla-edge export: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    given = [flag for flag, value in checkpoint_only.items() if value is not None]
+    if given:
+        raise ConfigError(f"--policy: {given[0]} is for the bundled model, not a policy dir")
+    policy = load_policy_dir(args.policy)
+    policy_hooks(args.policy)  # an architecture without an exporter, before anything
+    recipe = resolve_recipe(args.quant, args.quant_recipes)
+    mjcf, ee_site = _checked_kinematics(policy, args.robot_mjcf, args.ee_site)
+    export_policy_dir(
+        args.policy,
+        args.out,
+        args.backend,
+        recipe,
+        flow_steps=args.flow_steps,
+        robot_mjcf=mjcf,
+        ee_site=ee_site,
+        low_memory=args.low_memory,
+    )
+    return lambda: reference_stages(args.policy, args.flow_steps)
 
 
 def _checked_kinematics(

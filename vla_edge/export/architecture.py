@@ -1,8 +1,8 @@
 """Export any registered architecture: its stages as programs, its tokenizer, ``manifest.json``.
 
-The one exporter of the imported architectures (π0, π0.5, SmolVLA, and each folder that
-registers :class:`~vla_edge.archs.architecture.ExportHooks`): nothing here names an
-architecture. It reads the architecture's hooks (:mod:`vla_edge.archs.registry`):
+The one exporter of every architecture (π0, π0.5, SmolVLA, the bundled model, and each
+folder that registers :class:`~vla_edge.archs.architecture.ExportHooks`): nothing here
+names an architecture. It reads the architecture's hooks (:mod:`vla_edge.archs.registry`):
 
 * :func:`stage_programs_of`: a model's stages as
   :class:`~vla_edge.export.stages.StageProgram` s for a backend (the hooks' modules: for
@@ -12,6 +12,9 @@ architecture. It reads the architecture's hooks (:mod:`vla_edge.archs.registry`)
 * :func:`export_policy_dir`: a ``vla-edge import`` policy directory, whole in this process
   or (``low_memory``, where the hooks allow it) each stage in a process of its own that
   reads only that stage's weights (:mod:`vla_edge.export.stage_process`);
+* :func:`export_checkpoint`: a model of an architecture that exports its own checkpoints
+  (the bundled model's ``vla-edge train`` ``.pt``: :func:`load_checkpoint_model`), with its
+  language stage on a backend of its own and programs reused from earlier exports;
 * :func:`reference_stages`: the eager stage modules the parity gate compares with;
 * :func:`manifest_spaces`: a policy directory's action and state spaces as manifest
   sections, with the kinematics of an ``eef_delta`` / ``eef_pose`` space.
@@ -32,10 +35,11 @@ from torch import nn
 
 from vla_edge.archs import registry
 from vla_edge.archs.architecture import Architecture, ExportHooks
+from vla_edge.archs.host import TensorSpec
 from vla_edge.archs.policy_dir import TABLETOP_ROBOT
 from vla_edge.core.errors import ConfigError, UnknownArchitectureError
 from vla_edge.export.manifest import BACKENDS, file_sha256
-from vla_edge.export.quant_recipes import QuantRecipe
+from vla_edge.export.quant_recipes import QuantRecipe, StageQuant
 from vla_edge.export.stages import StageProgram, stage_programs
 
 TABLETOP_MJCF = TABLETOP_ROBOT["mjcf"]
@@ -48,6 +52,11 @@ STAGE_ENTRY_SUFFIX = ".entry.json"
 """A stage process writes its manifest entry to ``<out>/<stage><suffix>``."""
 STAGE_ERROR_LINES = 20
 """Last lines of a failed stage process's error output quoted in the parent's error."""
+
+CalibrationSource = Callable[[nn.Module, int, Path | None], list[tuple[torch.Tensor]]]
+"""``(model, frames, data) -> frames`` vision-encoder inputs: where an int8-convolution export's
+calibration frames come from (the tabletop or recorded demonstrations:
+:func:`vla_edge.sim.frames.calibration_images`; the export does not render them)."""
 
 
 # -- the architecture's hooks ----------------------------------------------------------------
@@ -91,8 +100,16 @@ def architecture_of(model: nn.Module) -> Architecture:
     )
 
 
-def stage_programs_of(model: nn.Module, backend: str = "onnx", seed: int = 0) -> list[StageProgram]:
-    """The stages of ``model`` as programs to export to ``backend``, with declared tensors.
+def stage_programs_of(
+    model: nn.Module,
+    backend: str = "onnx",
+    seed: int = 0,
+    names: tuple[str, ...] | None = None,
+) -> list[StageProgram]:
+    """The stages of ``model`` (``names``: only those) as programs to export to ``backend``.
+
+    Each with its declared tensors and rate, and for ExecuTorch the architecture's
+    attention rewrite (:attr:`~vla_edge.archs.architecture.ExportHooks.xnnpack_attention`).
 
     Raises:
         ConfigError: an unknown backend.
@@ -100,10 +117,32 @@ def stage_programs_of(model: nn.Module, backend: str = "onnx", seed: int = 0) ->
     """
     if backend not in BACKENDS:
         raise ConfigError(f"backend = {backend!r}, expected one of {BACKENDS}")
-    stages, modules, examples = hooks(architecture_of(model).name).stage_modules(
-        model, backend, seed
+    arch = hooks(architecture_of(model).name)
+    stages, modules, examples = arch.stage_modules(model, backend, seed)
+    return stage_programs(
+        stages, modules, examples, names=names, xnnpack_attention=arch.xnnpack_attention
     )
-    return stage_programs(stages, modules, examples)
+
+
+def policy_dir_hooks(architecture: str) -> ExportHooks:
+    """The hooks of an architecture exported from policy directories.
+
+    Raises:
+        UnknownArchitectureError: it exports only its own checkpoints (the message says so).
+    """
+    arch = hooks(architecture)
+    if arch.contract is None or arch.load_model is None:
+        raise UnknownArchitectureError(
+            f"architecture = {architecture!r} has no policy directory exporter: its own "
+            f"checkpoints are exported (vla-edge export --checkpoint); policy directories: "
+            f"{', '.join(policy_dir_architectures())}"
+        )
+    return arch
+
+
+def policy_dir_architectures() -> tuple[str, ...]:
+    """The architectures exported from ``vla-edge import`` policy directories."""
+    return tuple(name for name in exported() if hooks(name).contract is not None)
 
 
 # -- one model ---------------------------------------------------------------------------------
@@ -158,7 +197,7 @@ def export_model(
         vision_calibration,
     )
 
-    arch = hooks(architecture_of(model).name)
+    arch = policy_dir_hooks(architecture_of(model).name)
     recipe = check_backend_quant(backend, quant)
     files = arch.tokenizer_files(Path(tokenizer))
     config = model.config
@@ -315,7 +354,7 @@ def policy_hooks(path: str | Path) -> tuple[str, ExportHooks]:
     from vla_edge.archs.policy_dir import load_policy_dir
 
     architecture = load_policy_dir(path).architecture
-    return architecture, hooks(architecture)
+    return architecture, policy_dir_hooks(architecture)
 
 
 def load_policy_model(
@@ -436,7 +475,7 @@ def export_policy_dir(
     entries = None
     if low_memory:
         if not arch.low_memory:
-            with_it = [name for name in exported() if hooks(name).low_memory]
+            with_it = [name for name in policy_dir_architectures() if hooks(name).low_memory]
             raise ConfigError(
                 f"low_memory = True for architecture = {architecture!r}: it loads its whole "
                 f"model (its whole model fits beside one stage's export); low_memory exports "
@@ -465,5 +504,223 @@ def export_policy_dir(
         source=policy_dir_source(path, policy),
         extra=manifest_spaces(policy, robot_mjcf, ee_site, arm_joints),
         entries=entries,
+        log=log,
+    )
+
+
+# -- a checkpoint ------------------------------------------------------------------------------
+
+
+def checkpoint_architecture() -> str:
+    """The architecture whose own checkpoints ``vla-edge export --checkpoint`` reads.
+
+    Raises:
+        UnknownArchitectureError: none registers :attr:`ExportHooks.load_checkpoint`, or
+            several do (a checkpoint file does not say whose it is).
+    """
+    names = [name for name in exported() if hooks(name).load_checkpoint is not None]
+    if len(names) != 1:
+        raise UnknownArchitectureError(
+            f"architectures exporting their own checkpoints = {names}, expected exactly one "
+            "(a checkpoint file does not name its architecture)"
+        )
+    return names[0]
+
+
+def load_checkpoint_model(path: str | Path, flow_steps: int | None = None) -> nn.Module:
+    """A checkpoint's model with ``flow_steps`` built in (the checkpoint architecture's).
+
+    Raises:
+        CheckpointError: (and its relatives) an unreadable or inconsistent checkpoint.
+        UnknownArchitectureError: as :func:`checkpoint_architecture`.
+    """
+    return hooks(checkpoint_architecture()).load_checkpoint(path, flow_steps)
+
+
+def untrained_model(config_file: str | Path, flow_steps: int | None = None) -> nn.Module:
+    """Freshly initialised weights of a model config file (the checkpoint architecture's).
+
+    Raises:
+        ConfigError: an invalid config file.
+        UnknownArchitectureError: as :func:`checkpoint_architecture`, or it offers none.
+    """
+    name = checkpoint_architecture()
+    make = hooks(name).untrained_model
+    if make is None:
+        raise UnknownArchitectureError(f"architecture = {name!r} builds no untrained model")
+    return make(config_file, flow_steps)
+
+
+def _declared(
+    stages: Any,
+) -> dict[str, tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]]]:
+    """Stage name -> ``(rate, inputs with sources, outputs)`` a stage set declares."""
+    inputs, outputs = stages.inputs(), stages.outputs()
+    rates = stages.rates() if hasattr(stages, "rates") else {}
+    return {
+        name: (
+            rates.get(name, "per_observation"),
+            tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name]),
+            tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name]),
+        )
+        for name in inputs
+    }
+
+
+def export_checkpoint(
+    model: nn.Module,
+    out_dir: str | Path,
+    backend: str,
+    quant: str | QuantRecipe = "fp32",
+    *,
+    checkpoint: Path | None = None,
+    language_backend: str | None = None,
+    reuse_language_from: Path | None = None,
+    reuse_stages_from: Sequence[Path] = (),
+    calibration_frames: int | None = None,
+    calibration_data: Path | None = None,
+    calibration_source: CalibrationSource | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Export every stage of a checkpoint's ``model`` to ``out_dir`` and write the manifest.
+
+    The model's architecture exports its own checkpoints
+    (:attr:`~vla_edge.archs.architecture.ExportHooks.checkpoint_contract`); its tokenizer
+    is copied beside the programs.
+
+    Args:
+        model: the model (its flow steps are the exported ``K``).
+        out_dir: created if missing; existing stage files are overwritten.
+        backend: ``onnx`` or ``executorch`` (the stages but the language stage).
+        quant: the quantisation recipe or its name (ExecuTorch; ONNX takes ``fp32``).
+        checkpoint: the checkpoint file the model came from (hashed into the
+            manifest); ``None`` marks the export as untrained weights.
+        language_backend: backend of the architecture's language stage (default: ``backend``).
+        reuse_language_from: an export directory whose language program may be
+            copied instead of exported again when backend, quantisation, declared
+            tensors, language revision and exporter versions match.
+        reuse_stages_from: export directories of the same weights whose programs
+            may be copied likewise, any stage (``vla-edge bench quant``'s variants).
+        calibration_frames: frames that calibrate the int8 convolutions of a
+            recipe that has them (0 keeps them fp32; ``None``: the recipe's).
+        calibration_data: demonstrations to take those frames from (default:
+            render them from the tabletop); passed to ``calibration_source``.
+        calibration_source: builds those frames; needed for int8 convolutions
+            unless ``calibration_frames`` is 0.
+        log: progress printer.
+
+    Returns:
+        The manifest's data.
+
+    Raises:
+        ConfigError: unknown backend or recipe, a quantised recipe on ONNX, the torch
+            backend (a checkpoint already is torch), a language backend or language
+            reuse for an architecture without a language stage, or int8 convolutions'
+            calibration without its source or data.
+        UnknownArchitectureError: an unregistered model, or one whose architecture
+            exports policy directories only.
+    """
+    from vla_edge.export.pipeline import (
+        check_backend_quant,
+        export_architecture,
+        exporter_section,
+        reuse_stage,
+    )
+
+    architecture = architecture_of(model)
+    arch = hooks(architecture.name)
+    if arch.checkpoint_contract is None or arch.checkpoint_tokenizer is None:
+        raise UnknownArchitectureError(
+            f"architecture = {architecture.name!r} exports policy directories "
+            "(export_policy_dir), not its own checkpoints"
+        )
+    if backend == "torch" or language_backend == "torch":
+        raise ConfigError(
+            "backend = 'torch' for a vla-edge checkpoint: a .pt checkpoint already runs in "
+            "torch on any device (--policy CKPT or bundled, with device: cuda); the torch "
+            "backend exports an imported policy directory (--policy DIR)"
+        )
+    language = arch.language_stage
+    if language is None and (language_backend, reuse_language_from) != (None, None):
+        raise ConfigError(
+            f"language_backend = {language_backend!r}, reuse_language_from = "
+            f"{reuse_language_from!r}: architecture = {architecture.name!r} has no language stage"
+        )
+    recipe = check_backend_quant(backend, quant)
+    if calibration_frames is None:
+        calibration_frames = recipe.calibration_frames
+    language_backend = language_backend or backend
+    if language_backend not in BACKENDS:
+        raise ConfigError(f"language_backend = {language_backend!r}, expected one of {BACKENDS}")
+    if calibration_frames < 0:
+        raise ConfigError(f"calibration_frames = {calibration_frames}, expected >= 0")
+    if calibration_data is not None and not Path(calibration_data).exists():
+        raise ConfigError(f"calibration_data = {str(calibration_data)!r}: no such file or folder")
+    int8_convs = recipe.stage("vision_encoder").convs == "int8"
+    if int8_convs and calibration_frames and calibration_source is None:
+        raise ConfigError(
+            f"calibration_source = None with quant = {recipe.name!r} (int8 convolutions) and "
+            f"calibration_frames = {calibration_frames}: pass vla_edge.sim.frames."
+            "calibration_images (or another source of frames), or calibration_frames = 0 to "
+            "keep the convolutions fp32"
+        )
+    stage_backends, stage_quants = {}, {}
+    if language is not None:
+        stage_backends[language] = language_backend
+        stage_quants[language] = (
+            recipe.stage(language) if language_backend == "executorch" else StageQuant()
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    contract = arch.checkpoint_contract(model, checkpoint)
+    declared = _declared(architecture.resolve("stages")(model))
+    same = {
+        "weights_sha256": contract["source"]["weights_sha256"],
+        "flow_steps": int(contract["flow_steps"]),
+        "calibration_inputs": calibration_frames,
+    }
+    candidates = []
+    if reuse_language_from is not None:
+        candidates.append((language, Path(reuse_language_from), None))
+    candidates += [(n, Path(d), same) for d in reuse_stages_from for n in arch.stage_names]
+    reused: dict[str, dict[str, Any]] = {}
+    for name, folder, weights in candidates:
+        if name in reused:
+            continue
+        entry = reuse_stage(
+            name,
+            folder,
+            out_dir,
+            stage_backends.get(name, backend),
+            stage_quants[name] if name in stage_quants else recipe.stage(name),
+            declared[name],
+            weights,
+            language_revision=arch.language_revision if name == language else None,
+        )
+        if entry is not None:
+            reused[name] = entry
+            log(f"{name}: reused {entry['file']} from {folder}")
+    names = tuple(n for n in arch.stage_names if n not in reused)
+    calibration = {}
+    if int8_convs and calibration_frames and calibration_source is not None:
+        calibration["vision_encoder"] = calibration_source(
+            model, calibration_frames, calibration_data
+        )
+    for name, src in arch.checkpoint_tokenizer().items():
+        shutil.copyfile(src, out_dir / name)
+    contract["exporter"] = exporter_section(
+        **({} if language is None else {"language_revision": arch.language_revision})
+    )
+    return export_architecture(
+        stage_programs_of(model, backend, names=names) if names else [],
+        out_dir,
+        contract,
+        backend,
+        recipe,
+        stage_backends=stage_backends or None,
+        stage_quants=stage_quants or None,
+        calibration=calibration,
+        reused=reused,
         log=log,
     )

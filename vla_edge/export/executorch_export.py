@@ -22,9 +22,10 @@ recipe of ``config/quant_recipes.yaml``) is applied before export:
   everything between stay fp32. Dynamic int8 convolutions lower but fail in
   ExecuTorch 1.5's runtime ("Propagating input shapes failed"), hence the calibration.
 
-Norms and attention are first rewritten with ops XNNPACK takes
-(:mod:`vla_edge.export.xnnpack_rewrites`), so each stage lowers to few
-delegate calls. The delegated and non-delegated node counts per stage come from
+Norms, and the attention layer an architecture names
+(:attr:`StageProgram.xnnpack_attention <vla_edge.export.stages.StageProgram>`), are first
+rewritten with ops XNNPACK takes (:mod:`vla_edge.export.xnnpack_rewrites`), so each stage
+lowers to few delegate calls. The delegated and non-delegated node counts per stage come from
 ``executorch.devtools.backend_debug.get_delegation_info`` and go into the
 manifest; the operators left outside XNNPACK are listed by name.
 """
@@ -275,7 +276,9 @@ def export_stage_executorch(
     from vla_edge.export.xnnpack_rewrites import rewrite_for_xnnpack
 
     settings = stage_quant(stage.name, quant)
-    module, rewrites = rewrite_for_xnnpack(stage.module.eval(), in_place=in_place)
+    module, rewrites = rewrite_for_xnnpack(
+        stage.module.eval(), in_place=in_place, attention=stage.xnnpack_attention
+    )
     # the rewrite above already copied the module unless in_place
     module, details = quantize_stage(stage, module, settings, calibration)
     with torch.no_grad():

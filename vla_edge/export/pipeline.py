@@ -1,12 +1,11 @@
-"""Export a policy: one program per stage, the tokenizer, and ``manifest.json``.
+"""The export machinery every architecture shares: programs, their check, reuse, the manifest.
 
 :func:`export_architecture` exports any architecture's stages (each a
-:class:`~vla_edge.export.stages.StageProgram` with its declared tensors) and
-writes the v2 manifest from the architecture's contract;
-:func:`export_policy` does it for the bundled model, writing into ``out_dir``::
-
-    language_encoder.{onnx|pte}  vision_encoder.*  fusion.*  action_head.*
-    tokenizer.json               manifest.json
+:class:`~vla_edge.export.stages.StageProgram` with its declared tensors, one program per
+stage: :func:`export_stage`), keeps those already exported (:func:`reuse_stage`) and
+writes the v2 manifest from the architecture's contract. What an architecture's export
+reads of it (its checkpoint or policy directory, its stages and contract) is in
+:mod:`vla_edge.export.architecture`.
 
 Each program is run once on the example inputs right after export and its
 largest absolute difference from the torch stage is recorded in the manifest
@@ -20,28 +19,25 @@ import importlib.metadata
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from vla_edge.archs.bundled.stages import BUNDLED_STAGES, bundled_contract, bundled_stage_io
 from vla_edge.archs.host import TensorSpec
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.manifest import (
     BACKENDS,
     MANIFEST_FORMAT,
     STAGE_SUFFIX,
-    TOKENIZER_NAME,
     file_sha256,
     load_manifest,
     write_manifest,
 )
 from vla_edge.export.quant_recipes import QuantRecipe, StageQuant, resolve_recipe, stage_quant
-from vla_edge.export.stages import StageProgram, policy_stages
-from vla_edge.policy.model import VlaPolicy
+from vla_edge.export.stages import StageProgram
 
 EXPORTER_REVISION = 5
 """Bumped when the exporter's output changes for the same model and package versions.
@@ -49,17 +45,6 @@ EXPORTER_REVISION = 5
 4: manifest format v2 (the stages declare their tensors).
 5: quantisation recipes (``quant`` names a recipe, ``quant_recipe`` records it).
 """
-
-LANGUAGE_EXPORTER_REVISION = 4
-"""The same for the language program alone (a matching one may be reused).
-
-4: made by a quantisation recipe (earlier ones are not reused).
-"""
-
-CalibrationSource = Callable[[VlaPolicy, int, Path | None], list[tuple[torch.Tensor]]]
-"""``(policy, frames, data) -> frames`` vision-encoder inputs: where an int8-convolution export's
-calibration frames come from (the tabletop or recorded demonstrations:
-:func:`vla_edge.sim.frames.calibration_images`; the export does not render them)."""
 
 VERSION_PACKAGES = (
     "torch",
@@ -83,18 +68,6 @@ def package_versions(names: tuple[str, ...] = VERSION_PACKAGES) -> dict[str, str
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     return versions
-
-
-def _source_info(policy: VlaPolicy, checkpoint: Path | None) -> dict[str, Any]:
-    info = policy.checkpoint_info or {}
-    return {
-        "checkpoint": str(checkpoint) if checkpoint is not None else None,
-        "checkpoint_sha256": file_sha256(checkpoint) if checkpoint is not None else None,
-        "weights_sha256": info.get("weights_sha256"),
-        "source_hash": info.get("source_hash"),
-        "step": info.get("step"),
-        "trained": checkpoint is not None,
-    }
 
 
 def check_backend_quant(backend: str, quant: str | QuantRecipe) -> QuantRecipe:
@@ -244,7 +217,7 @@ def export_stage(
     }
 
 
-def _reuse_stage(
+def reuse_stage(
     name: str,
     source_dir: Path,
     out_dir: Path,
@@ -252,15 +225,18 @@ def _reuse_stage(
     settings: StageQuant,
     declared: tuple[str, tuple[TensorSpec, ...], tuple[TensorSpec, ...]],
     weights: dict[str, Any] | None = None,
+    *,
+    language_revision: int | None = None,
 ) -> dict[str, Any] | None:
     """Copy stage ``name``'s program from another export directory if it is the same program.
 
     It must have been made with ``settings`` (the other manifest's ``quant_recipe``
     says; an export without one is not reused), the same backend, declared tensors
-    and package versions. The language stage (frozen MiniLM) needs the same language
-    exporter revision; any other stage the same exporter revision and, given
-    ``weights`` (``{"weights_sha256", "flow_steps", "calibration_inputs"}``), the same
-    weights hash, flow steps and number of calibration frames.
+    and package versions. A language stage (frozen weights: ``language_revision``
+    given) needs the other manifest's ``exporter.language_revision`` to be it; any
+    other stage the same exporter revision and, given ``weights``
+    (``{"weights_sha256", "flow_steps", "calibration_inputs"}``), the same weights
+    hash, flow steps and number of calibration frames.
 
     ``declared``: ``(rate, inputs, outputs)`` the stage must have.
     """
@@ -275,8 +251,8 @@ def _reuse_stage(
     made_with = other.data.get("quant_recipe", {}).get("stages", {}).get(name)
     exporter = other.data["exporter"]
     has_convs = entry.get("int8_convs", 0) + entry.get("fp32_convs", 0) > 0
-    if name == "language_encoder":
-        same_maker = exporter.get("language_revision") == LANGUAGE_EXPORTER_REVISION
+    if language_revision is not None:
+        same_maker = exporter.get("language_revision") == language_revision
     else:
         same_maker = weights is not None and (
             weights["weights_sha256"] is not None
@@ -422,129 +398,3 @@ def export_architecture(
     write_manifest(out_dir, data)
     log(f"wrote {out_dir / 'manifest.json'} ({contract['architecture']}, {backend}, {recipe.name})")
     return data
-
-
-def export_policy(
-    policy: VlaPolicy,
-    out_dir: str | Path,
-    backend: str,
-    quant: str | QuantRecipe = "fp32",
-    *,
-    checkpoint: Path | None = None,
-    language_backend: str | None = None,
-    reuse_language_from: Path | None = None,
-    reuse_stages_from: Sequence[Path] = (),
-    calibration_frames: int | None = None,
-    calibration_data: Path | None = None,
-    calibration_source: CalibrationSource | None = None,
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Export every stage of the bundled ``policy`` to ``out_dir`` and write the manifest.
-
-    Args:
-        policy: the policy (its ``action_head.flow_steps`` is the exported ``K``).
-        out_dir: created if missing; existing stage files are overwritten.
-        backend: ``onnx`` or ``executorch`` (the policy stages).
-        quant: the quantisation recipe or its name (ExecuTorch; ONNX takes ``fp32``).
-        checkpoint: the checkpoint file the policy came from (hashed into the
-            manifest); ``None`` marks the export as untrained weights.
-        language_backend: backend of the language stage (default: ``backend``).
-        reuse_language_from: an export directory whose language program may be
-            copied instead of exported again when backend, quantisation, declared
-            tensors and exporter versions match.
-        reuse_stages_from: export directories of the same weights whose programs
-            may be copied likewise, any stage (``vla-edge bench quant``'s variants).
-        calibration_frames: frames that calibrate the int8 convolutions of a
-            recipe that has them (0 keeps them fp32; ``None``: the recipe's).
-        calibration_data: demonstrations to take those frames from (default:
-            render them from the tabletop); passed to ``calibration_source``.
-        calibration_source: builds those frames; needed for int8 convolutions
-            unless ``calibration_frames`` is 0.
-        log: progress printer.
-
-    Returns:
-        The manifest's data.
-
-    Raises:
-        ConfigError: unknown backend or recipe, a quantised recipe on ONNX, the torch
-            backend (a checkpoint already is torch), or int8 convolutions' calibration
-            without its source or data.
-    """
-    if backend == "torch" or language_backend == "torch":
-        raise ConfigError(
-            "backend = 'torch' for a vla-edge checkpoint: a .pt checkpoint already runs in "
-            "torch on any device (--policy CKPT or bundled, with device: cuda); the torch "
-            "backend exports an imported policy directory (--policy DIR)"
-        )
-    recipe = check_backend_quant(backend, quant)
-    if calibration_frames is None:
-        calibration_frames = recipe.calibration_frames
-    language_backend = language_backend or backend
-    if language_backend not in BACKENDS:
-        raise ConfigError(f"language_backend = {language_backend!r}, expected one of {BACKENDS}")
-    if calibration_frames < 0:
-        raise ConfigError(f"calibration_frames = {calibration_frames}, expected >= 0")
-    if calibration_data is not None and not Path(calibration_data).exists():
-        raise ConfigError(f"calibration_data = {str(calibration_data)!r}: no such file or folder")
-    int8_convs = recipe.stage("vision_encoder").convs == "int8"
-    if int8_convs and calibration_frames and calibration_source is None:
-        raise ConfigError(
-            f"calibration_source = None with quant = {recipe.name!r} (int8 convolutions) and "
-            f"calibration_frames = {calibration_frames}: pass vla_edge.sim.frames."
-            "calibration_images (or another source of frames), or calibration_frames = 0 to "
-            "keep the convolutions fp32"
-        )
-    language_quant = (
-        recipe.stage("language_encoder") if language_backend == "executorch" else StageQuant()
-    )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    policy.eval()
-    reused: dict[str, dict[str, Any]] = {}
-    io = bundled_stage_io(policy)
-    source = _source_info(policy, checkpoint)
-    same = {
-        "weights_sha256": source["weights_sha256"],
-        "flow_steps": int(policy.action_head.flow_steps),
-        "calibration_inputs": calibration_frames,
-    }
-    candidates = []
-    if reuse_language_from is not None:
-        candidates.append(("language_encoder", Path(reuse_language_from), None))
-    candidates += [(n, Path(d), same) for d in reuse_stages_from for n in BUNDLED_STAGES]
-    for name, folder, weights in candidates:
-        if name in reused:
-            continue
-        stage_backend = language_backend if name == "language_encoder" else backend
-        settings = language_quant if name == "language_encoder" else recipe.stage(name)
-        entry = _reuse_stage(name, folder, out_dir, stage_backend, settings, io[name], weights)
-        if entry is not None:
-            reused[name] = entry
-            log(f"{name}: reused {entry['file']} from {folder}")
-    names = tuple(n for n in BUNDLED_STAGES if n not in reused)
-    calibration = {}
-    if int8_convs and calibration_frames and calibration_source is not None:
-        calibration["vision_encoder"] = calibration_source(
-            policy, calibration_frames, calibration_data
-        )
-    from vla_edge.policy.tokenizer import minilm_dir
-
-    shutil.copyfile(minilm_dir() / TOKENIZER_NAME, out_dir / TOKENIZER_NAME)
-    contract = {
-        **bundled_contract(policy),
-        "stage_order": list(BUNDLED_STAGES),
-        "source": source,
-        "exporter": exporter_section(language_revision=LANGUAGE_EXPORTER_REVISION),
-    }
-    return export_architecture(
-        policy_stages(policy, names),
-        out_dir,
-        contract,
-        backend,
-        recipe,
-        stage_backends={"language_encoder": language_backend},
-        stage_quants={"language_encoder": language_quant},
-        calibration=calibration,
-        reused=reused,
-        log=log,
-    )

@@ -3,9 +3,7 @@
 A :class:`StageProgram` is what the exporter needs of any architecture: a torch
 module, example inputs, and the tensors it reads (each with its ``source``,
 see :mod:`vla_edge.export.manifest`) and writes. :func:`stage_programs` makes them from
-an imported architecture's stage set (:mod:`vla_edge.export.architecture`),
-:func:`policy_stages` from the bundled model's declarations
-(:mod:`vla_edge.archs.bundled.stages`).
+an architecture's stage set (:mod:`vla_edge.export.architecture`).
 """
 
 from __future__ import annotations
@@ -16,10 +14,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from vla_edge.archs.bundled.stages import bundled_stage_io, example_inputs
 from vla_edge.archs.host import TensorSpec
 from vla_edge.export.manifest import StageRepeat, stage_repeat
-from vla_edge.policy.model import VlaPolicy
+from vla_edge.export.xnnpack_rewrites import AttentionRewrite
 
 if TYPE_CHECKING:
     from vla_edge.archs.stage_io import StageSet
@@ -31,7 +28,9 @@ class StageProgram:
 
     ``rate``: ``per_instruction`` (run once per new instruction and cached) or
     ``per_observation``; ``repeat``: the program is one call of a loop the runner
-    drives (see :mod:`vla_edge.export.manifest`).
+    drives (see :mod:`vla_edge.export.manifest`); ``xnnpack_attention``: the
+    architecture's attention layer and its rewrite, swapped in by the ExecuTorch
+    export (:func:`vla_edge.export.xnnpack_rewrites.rewrite_for_xnnpack`).
     """
 
     name: str
@@ -41,6 +40,7 @@ class StageProgram:
     outputs: tuple[TensorSpec, ...]
     rate: str = "per_observation"
     repeat: StageRepeat | None = None
+    xnnpack_attention: AttentionRewrite | None = None
 
     @property
     def input_names(self) -> list[str]:
@@ -54,18 +54,30 @@ class StageProgram:
 
 
 def stage_programs(
-    stages: StageSet, modules: dict[str, nn.Module], examples: dict[str, tuple[torch.Tensor, ...]]
+    stages: StageSet,
+    modules: dict[str, nn.Module],
+    examples: dict[str, tuple[torch.Tensor, ...]],
+    *,
+    names: tuple[str, ...] | None = None,
+    xnnpack_attention: AttentionRewrite | None = None,
 ) -> list[StageProgram]:
-    """An imported architecture's stages as programs, in run order, run per observation.
+    """An architecture's stages as programs, in run order.
 
     Args:
-        stages: its stage set, with ``inputs()`` and ``outputs()`` (declared tensors).
+        stages: its stage set, with ``inputs()`` and ``outputs()`` (declared tensors) and
+            optionally ``rates()`` (stage → ``per_instruction`` or ``per_observation``;
+            a stage not named there runs per observation).
         modules: stage name → the module to export (the stage or its backend's rewrite).
         examples: stage name → example inputs.
+        names: only these stages (default: every stage), in run order.
+        xnnpack_attention: the architecture's attention rewrite for ExecuTorch.
     """
     inputs, outputs, repeats = stages.inputs(), stages.outputs(), stages.repeats()
+    rates = stages.rates() if hasattr(stages, "rates") else {}
     programs = []
-    for name in stages.modules():
+    for name in modules:
+        if names is not None and name not in names:
+            continue
         declared_in = tuple(TensorSpec(t.name, t.shape, t.dtype, t.source) for t in inputs[name])
         declared_out = tuple(TensorSpec(t.name, t.shape, t.dtype) for t in outputs[name])
         repeat = repeats.get(name)
@@ -76,23 +88,9 @@ def stage_programs(
                 examples[name],
                 declared_in,
                 declared_out,
-                "per_observation",
+                rates.get(name, "per_observation"),
                 None if repeat is None else stage_repeat(repeat, declared_in, declared_out, name),
+                xnnpack_attention,
             )
         )
     return programs
-
-
-def policy_stages(policy: VlaPolicy, stage_names: tuple[str, ...]) -> list[StageProgram]:
-    """The named stages of ``policy`` (``language_encoder`` loads MiniLM if needed)."""
-    if "language_encoder" in stage_names:
-        policy.ensure_language_encoder()
-    policy.eval()
-    io = bundled_stage_io(policy)
-    examples = example_inputs(policy)
-    return [
-        StageProgram(
-            name, getattr(policy, name), examples[name], io[name][1], io[name][2], io[name][0]
-        )
-        for name in stage_names
-    ]

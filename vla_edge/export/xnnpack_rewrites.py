@@ -5,9 +5,13 @@ ExecuTorch 1.5's XNNPACK partitioner takes neither layer/group norm nor the
 stage into separate delegate calls with a portable kernel in between (the
 bundled action head: 123 XNNPACK calls per chunk, and a 10-minute export).
 
-* norms become a 4-D ``mean`` over the two innermost dims (XNNPACK's global
-  average pooling), ``sub``, ``mul``, ``rsqrt`` and ``add``;
-* attention folds the heads into the batch and uses 3-D ``bmm``.
+* norms (``nn.LayerNorm`` over one dim, ``nn.GroupNorm``, any architecture's)
+  become a 4-D ``mean`` over the two innermost dims (XNNPACK's global average
+  pooling), ``sub``, ``mul``, ``rsqrt`` and ``add``;
+* an architecture's own attention layer becomes the rewrite it registers
+  (:attr:`vla_edge.archs.architecture.ExportHooks.xnnpack_attention`: heads
+  folded into the batch, 3-D ``bmm``; the bundled model's is
+  :mod:`vla_edge.archs.bundled.xnnpack`).
 
 :func:`rewrite_for_xnnpack` swaps them in on a copy of a stage; the exporter
 then checks the lowered program against the original module.
@@ -16,11 +20,10 @@ then checks the lowered program against the original module.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import torch
 from torch import nn
-
-from vla_edge.policy.layers import Attention
 
 
 class XnnpackLayerNorm(nn.Module):
@@ -72,48 +75,19 @@ class XnnpackGroupNorm(nn.Module):
         return y
 
 
-class XnnpackAttention(nn.Module):
-    """:class:`~vla_edge.policy.layers.Attention` with heads folded into a 3-D ``bmm`` batch.
-
-    Keys and values from :meth:`keys_values` are ``[B * heads, T, D / heads]``;
-    :meth:`attend` takes them in that layout (as the policy's blocks pass them on).
-    """
-
-    def __init__(self, attn: Attention) -> None:
-        super().__init__()
-        self.num_heads = attn.num_heads
-        self.head_dim = attn.head_dim
-        self.scale = attn.scale
-        self.q, self.k, self.v, self.out = attn.q, attn.k, attn.v, attn.out
-
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, T, D] -> [B * heads, T, D / heads]``."""
-        b, t, _ = x.shape
-        x = x.reshape(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        return x.reshape(b * self.num_heads, t, self.head_dim)
-
-    def keys_values(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Projected, head-folded keys and values of ``source``."""
-        return self.split_heads(self.k(source)), self.split_heads(self.v(source))
-
-    def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Attention of ``x`` over head-folded ``k``, ``v``."""
-        b, t, d = x.shape
-        q = self.split_heads(self.q(x))
-        weights = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * self.scale, dim=-1)
-        mixed = torch.bmm(weights, v).reshape(b, self.num_heads, t, self.head_dim)
-        return self.out(mixed.transpose(1, 2).reshape(b, t, d))
-
-    def forward(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        """Attention of ``x`` over ``source``."""
-        k, v = self.keys_values(source)
-        return self.attend(x, k, v)
+AttentionRewrite = tuple[type[nn.Module], Callable[[nn.Module], nn.Module]]
+"""``(attention class, rewrite)``: each instance of the class is replaced by ``rewrite(it)``."""
 
 
 def rewrite_for_xnnpack(
-    module: nn.Module, in_place: bool = False
+    module: nn.Module, in_place: bool = False, attention: AttentionRewrite | None = None
 ) -> tuple[nn.Module, dict[str, int]]:
-    """``module`` with norms and attention rewritten (a copy unless ``in_place``); the counts."""
+    """``module`` with norms and attention rewritten (a copy unless ``in_place``); the counts.
+
+    Args:
+        attention: the architecture's attention class and its rewrite; ``None``: attention
+            is left as it is (an architecture whose stages are already written for XNNPACK).
+    """
     rewritten = module if in_place else copy.deepcopy(module)
     counts = {"norms": 0, "attention": 0}
     for parent in list(rewritten.modules()):
@@ -124,7 +98,7 @@ def rewrite_for_xnnpack(
             elif isinstance(child, nn.GroupNorm):
                 setattr(parent, name, XnnpackGroupNorm(child))
                 counts["norms"] += 1
-            elif isinstance(child, Attention):
-                setattr(parent, name, XnnpackAttention(child))
+            elif attention is not None and isinstance(child, attention[0]):
+                setattr(parent, name, attention[1](child))
                 counts["attention"] += 1
     return rewritten, counts

@@ -6,7 +6,7 @@
   like the demonstrations);
 * :func:`recorded_observations`: taken from recorded demonstrations (HDF5);
 * :func:`calibration_images`: either, as the vision encoder's input tensors
-  (what ``export_policy`` takes as its ``calibration_source``).
+  (what ``export_checkpoint`` takes as its ``calibration_source``).
 """
 
 from __future__ import annotations

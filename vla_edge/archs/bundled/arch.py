@@ -14,5 +14,6 @@ ARCHITECTURES = (
         stages="vla_edge.archs.bundled.stages:bundled_stage_modules",
         read_checkpoint="vla_edge.policy.model:load_checkpoint",
         tokenizer="bundled",
+        export="vla_edge.archs.bundled.programs:EXPORT",
     ),
 )

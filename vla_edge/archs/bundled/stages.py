@@ -3,8 +3,9 @@
 The model itself is :class:`vla_edge.policy.model.VlaPolicy` (``vla-edge train``);
 :func:`bundled_stage_io` declares each stage's tensors, :func:`bundled_contract` the rest
 of its manifest, :func:`example_inputs` the inputs its programs are fixed to, and
-:func:`bundled_stage_modules` its stages as one set (the registry's ``stages``). The
-exporter turns them into programs (:func:`vla_edge.export.stages.policy_stages`).
+:func:`bundled_stage_modules` its stages as one set (the registry's ``stages``), which
+the generic exporter turns into programs (:func:`vla_edge.export.stages.stage_programs`,
+through the hooks of :mod:`.programs`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ class BundledStages:
         if self.policy.language_encoder is None:
             self.policy.ensure_language_encoder()
         return {name: getattr(self.policy, name) for name in BUNDLED_STAGES}
+
+    def inputs(self) -> dict[str, tuple[TensorSpec, ...]]:
+        """Each stage's inputs with their sources, in the order its ``forward`` takes them."""
+        return {name: io[1] for name, io in bundled_stage_io(self.policy).items()}
+
+    def outputs(self) -> dict[str, tuple[TensorSpec, ...]]:
+        """Each stage's outputs, in the order its ``forward`` returns them."""
+        return {name: io[2] for name, io in bundled_stage_io(self.policy).items()}
+
+    def rates(self) -> dict[str, str]:
+        """Each stage's rate: the language stage per instruction, the others per observation."""
+        return {name: io[0] for name, io in bundled_stage_io(self.policy).items()}
+
+    def repeats(self) -> dict[str, dict[str, Any]]:
+        """No stage is run as a loop of calls (the action head integrates its K steps)."""
+        return {}
 
 
 def bundled_stage_modules(policy: VlaPolicy) -> BundledStages:
