@@ -20,6 +20,7 @@ from vla_edge.archs.groot.checkpoint import (
     load_checkpoint_weights,
     load_weights,
     n15_normalisation,
+    n17_normalisation,
     read_checkpoint,
 )
 from vla_edge.archs.groot.layout import LM_HEAD, from_upstream, model_shapes
@@ -175,7 +176,7 @@ def test_sharded_n17_checkpoint_reads_back_its_config_and_loads_strictly(
     checkpoint_dir, tiny, tmp_path
 ):
     ckpt = read(checkpoint_dir, embodiment=TAG)
-    assert ckpt.layout == "groot_n1d7"
+    assert ckpt.layout == "isaac_gr00t" and ckpt.architecture == "groot"
     assert ckpt.config == tiny.config  # every size from the header and config.json
     assert set(ckpt.key_map) == set(model_shapes(tiny.config))  # lm_head dropped
     assert ckpt.weights_dtypes == ("float32",)
@@ -252,15 +253,19 @@ def test_file_without_lm_head_reads_too(tmp_path, tiny):
     assert read(path, embodiment=TAG).config == tiny.config
 
 
+def upstream_section(path: Path) -> dict:
+    """The statistics as upstream's processor applies them (before the policy schema)."""
+    processor = json.loads((path / "processor_config.json").read_text())["processor_kwargs"]
+    return n17_normalisation(path, TAG, processor)
+
+
 def test_normalisation_follows_the_processor_config(checkpoint_dir, tmp_path, tiny):
-    section = read(checkpoint_dir, embodiment=TAG).normalisation
+    section = upstream_section(checkpoint_dir)
     assert section["kind"] == "quantile" and section["clip"] is True
     assert [g["key"] for g in section["state"]["groups"]] == list(STATE_GROUPS)
     assert len(section["state"]["q01"]) == sum(STATE_GROUPS.values())
     assert section["actions"]["q99"][0] == pytest.approx(10.9)
-    minmax = read(
-        write_upstream_n17(tmp_path / "minmax", tiny, use_percentiles=False), embodiment=TAG
-    ).normalisation
+    minmax = upstream_section(write_upstream_n17(tmp_path / "minmax", tiny, use_percentiles=False))
     assert minmax["kind"] == "min_max"
     assert minmax["actions"]["min"][0] == pytest.approx(9.0)
     # a group under mean_std_embedding_keys is normalised by mean / std
@@ -268,7 +273,7 @@ def test_normalisation_follows_the_processor_config(checkpoint_dir, tmp_path, ti
     configs = processor["processor_kwargs"]["modality_configs"][TAG]
     configs["state"]["mean_std_embedding_keys"] = ["gripper"]
     (checkpoint_dir / "processor_config.json").write_text(json.dumps(processor))
-    mixed = read(checkpoint_dir, embodiment=TAG).normalisation["state"]
+    mixed = upstream_section(checkpoint_dir)["state"]
     assert mixed["kind"] == "per_group"
     assert [g["kind"] for g in mixed["groups"]] == ["quantile", "mean_std"]
     assert mixed["groups"][1]["std"] == [0.5, 0.5]

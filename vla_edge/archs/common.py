@@ -242,6 +242,9 @@ class ImportOptions:
     discrete_state_input: bool | None = None
     delta_actions: tuple[int, ...] | None = None
     """Action dimensions the model predicts relative to the state (openpi ``DeltaActions``)."""
+    embodiment: str | None = None
+    """The embodiment tag, for architectures with per-embodiment weights and statistics
+    (GR00T: a weight slice and a statistics entry per tag)."""
 
 
 @dataclass(frozen=True)

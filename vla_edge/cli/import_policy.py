@@ -113,6 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sizes.add_argument("--text-heads", type=int, help="SmolVLA: SmolVLM text attention heads")
     sizes.add_argument("--action-horizon", type=int, help="steps per chunk")
     sizes.add_argument(
+        "--embodiment",
+        metavar="TAG",
+        help="architectures with per-embodiment weights (GR00T): the embodiment tag to import",
+    )
+    sizes.add_argument(
         "--discrete-state-input",
         type=_bool,
         help="π0.5: the state goes into the prompt (openpi pi05_libero: false)",
@@ -166,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
             action_horizon=args.action_horizon,
             discrete_state_input=args.discrete_state_input,
             delta_actions=args.delta_actions,
+            embodiment=args.embodiment,
         )
         policy = import_checkpoint(
             args.checkpoint,

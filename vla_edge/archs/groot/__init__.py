@@ -10,22 +10,38 @@ module's docstring). Apache-2.0 code; each checkpoint's weight licence is its ow
 * :mod:`.model`: :class:`GrootModel` (upstream's key layout; eager ``sample_actions``).
 * :mod:`.stages`: ``vision_encoder``, ``fusion``, ``action_head`` (one Euler step, K = 4).
 * :mod:`.layout`: upstream's checkpoint keys and the mapping to ours.
-* :mod:`.checkpoint`: reading an N1.7 (or N1.5) checkpoint directory.
+* :mod:`.checkpoint`: reading an N1.7 checkpoint directory (N1.5 refused by name).
+* :mod:`.processor`: the host side: normalisation in the policy directory's schema (no torch).
+* :mod:`.arch`: the registration (no torch).
+
+The names below are imported when first used (PEP 562), so importing the folder's
+``arch`` module to list the architectures imports no torch.
 """
 
-from vla_edge.archs.groot.config import GrootConfig, TextSize, TransformerSize, VisionSize
-from vla_edge.archs.groot.model import GrootModel, count_parameters
-from vla_edge.archs.groot.stages import GrootStages, build_stages, head_actions, run_stages
+from __future__ import annotations
 
-__all__ = [
-    "GrootConfig",
-    "GrootModel",
-    "GrootStages",
-    "TextSize",
-    "TransformerSize",
-    "VisionSize",
-    "build_stages",
-    "count_parameters",
-    "head_actions",
-    "run_stages",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "GrootConfig": "vla_edge.archs.groot.config",
+    "TextSize": "vla_edge.archs.groot.config",
+    "TransformerSize": "vla_edge.archs.groot.config",
+    "VisionSize": "vla_edge.archs.groot.config",
+    "GrootModel": "vla_edge.archs.groot.model",
+    "count_parameters": "vla_edge.archs.groot.model",
+    "GrootStages": "vla_edge.archs.groot.stages",
+    "build_stages": "vla_edge.archs.groot.stages",
+    "head_actions": "vla_edge.archs.groot.stages",
+    "run_stages": "vla_edge.archs.groot.stages",
+}
+"""Public name -> the module that defines it."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+__all__ = sorted(_EXPORTS)  # noqa: PLE0605

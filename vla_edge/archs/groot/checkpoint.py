@@ -30,7 +30,10 @@ Normalisation (upstream's ``StateActionProcessor``): per joint group, in the ord
 embodiment's ``modality_configs`` list the groups, ``2 * (x - lo) / max(hi - lo, 1e-8) - 1``
 clipped to [-1, 1] when ``clip_outliers``, with ``(lo, hi)`` the ``q01``/``q99`` when
 ``use_percentiles`` and ``min``/``max`` otherwise; a group named in the modality's
-``mean_std_embedding_keys`` is ``(x - mean) / std`` instead.
+``mean_std_embedding_keys`` is ``(x - mean) / std`` instead. :func:`n17_normalisation`
+reads it as upstream applies it; :func:`read_checkpoint` returns it in the policy
+directory's schema (:func:`vla_edge.archs.groot.processor.policy_normalisation`: each kind
+is the same affine map, written as ``quantile`` with ``epsilon`` 0).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from vla_edge.archs.groot.layout import (
     model_shapes,
     upstream_file_shapes,
 )
+from vla_edge.archs.groot.processor import policy_normalisation
 from vla_edge.core.errors import (
     CheckpointError,
     CheckpointKeysError,
@@ -80,7 +84,9 @@ PROCESSOR_NAME = "processor_config.json"
 STATISTICS_NAME = "statistics.json"
 EMBODIMENT_ID_NAME = "embodiment_id.json"
 N15_METADATA = "experiment_cfg/metadata.json"
-LAYOUTS = ("groot_n1d7", "groot_n1d5")
+LAYOUTS = ("isaac_gr00t",)
+"""The layout read (N1.7); N1.5's is recognised only to be refused by name."""
+ARCHITECTURE = "groot"
 MODEL_TYPE = "Gr00tN1d7"
 
 RANGE_FLOOR = 1e-8
@@ -510,15 +516,15 @@ def n15_normalisation(path: Path, embodiment: str | None) -> tuple[str, int, dic
 
 
 def detect_layout(path: Path, config_json: Mapping[str, Any]) -> str:
-    """The layout: ``groot_n1d7`` or ``groot_n1d5``.
+    """The layout: ``isaac_gr00t`` (N1.7) or ``isaac_gr00t_n1d5``.
 
     N1.7: ``model_type`` Gr00tN1d7 or its processor files; N1.5:
     ``experiment_cfg/metadata.json``.
     """
     if config_json.get("model_type") == MODEL_TYPE or (path / PROCESSOR_NAME).is_file():
-        return "groot_n1d7"
+        return "isaac_gr00t"
     if (path / N15_METADATA).is_file():
-        return "groot_n1d5"
+        return "isaac_gr00t_n1d5"
     raise UnknownArchitectureError(
         f"{path}: neither a GR00T N1.7 checkpoint (config.json model_type {MODEL_TYPE!r}, "
         f"{PROCESSOR_NAME}) nor an N1.5 one ({N15_METADATA})"
@@ -554,7 +560,7 @@ def read_checkpoint(
     path = Path(path)
     config_json = read_config_json(path)
     layout = detect_layout(path, config_json)
-    if layout == "groot_n1d5":
+    if layout == "isaac_gr00t_n1d5":
         tag, _, _ = n15_normalisation(path, embodiment)
         raise UnknownArchitectureError(
             f"{path}: a GR00T N1.5 checkpoint (embodiment {tag!r} found in {N15_METADATA}); "
@@ -581,11 +587,11 @@ def read_checkpoint(
         shapes, config, str(path / (INDEX_NAME if (path / INDEX_NAME).is_file() else WEIGHTS_NAME))
     )
     key_map = {k: k for k in model_shapes(config)}
-    section = n17_normalisation(path, tag, processor)
+    section = policy_normalisation(n17_normalisation(path, tag, processor), STATISTICS_NAME)
     return GrootCheckpoint(
         path=path,
         layout=layout,
-        architecture="groot_n1d7",
+        architecture=ARCHITECTURE,
         config=config,
         normalisation=section,
         weights_path=path / files[next(iter(key_map))],

@@ -60,14 +60,19 @@ def patchify(images: torch.Tensor, vision: VisionSize) -> torch.Tensor:
 
     One still image fills every frame of the temporal patch (the processor repeats it);
     patches go row-major over 2x2 blocks, then within each block.
+
+    No intermediate has more than 6 dimensions (XNNPACK's limit: an 8-D permute does not
+    run in an ExecuTorch program).
     """
     n, channels = images.shape[:2]
     p, m, t = vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size
-    blocks = vision.grid // m
-    x = images.reshape(n, channels, blocks, m, p, blocks, m, p)
-    x = x.permute(0, 2, 5, 3, 6, 1, 4, 7)  # n, bh, bw, mh, mw, C, P, P
-    x = x.unsqueeze(6).expand(n, blocks, blocks, m, m, channels, t, p, p)
-    return x.reshape(n, vision.grid**2, vision.patch_dim)
+    grid = vision.grid
+    blocks = grid // m
+    x = images.reshape(n, channels, grid, p, grid, p).permute(0, 2, 4, 1, 3, 5)  # n,G,G,C,P,P
+    x = x.reshape(n * grid * grid, channels, 1, p * p).expand(-1, channels, t, p * p)
+    x = x.reshape(n, blocks, m, blocks, m, vision.patch_dim)
+    x = x.permute(0, 1, 3, 2, 4, 5)  # n, bh, bw, mh, mw, (C, T, P, P)
+    return x.reshape(n, grid**2, vision.patch_dim)
 
 
 def vision_tables(vision: VisionSize) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,160 @@
+"""GR00T N1.7's stages exported through the generic path (``stage_programs_of``: the
+architecture's :data:`~vla_edge.archs.groot.programs.EXPORT` hooks) at tiny size: each ONNX
+and ExecuTorch program equals its torch stage, and the three programs chained as a runner
+chains them (the action head called K = 4 times, ``x_t`` carried) give
+``GrootModel.sample_actions``'s actions on the same inputs and noise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vla_edge.archs.groot import GrootConfig, GrootModel
+from vla_edge.archs.groot.programs import EXPORT
+from vla_edge.export.architecture import architecture_of, hooks, stage_programs_of
+from vla_edge.export.stages import StageProgram
+
+pytestmark = pytest.mark.slow
+
+ATOL = {"onnx": 1e-4, "executorch": 2e-3}
+"""Largest |program - torch stage| per output (fp32 programs, outputs of order 1). XNNPACK's
+kernels (vectorised exp / sigmoid approximations, other summation orders) differ from
+torch's by up to 7e-4 through the tiny model's 4 language-model layers of N(0, 0.2)
+weights; ONNX Runtime by under 1e-4."""
+
+
+@pytest.fixture(scope="module")
+def model() -> GrootModel:
+    torch.manual_seed(0)
+    model = GrootModel(GrootConfig.tiny()).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+    return model
+
+
+def run_program(backend: str, path: Path, inputs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:
+    """Every output of a written program, run by its backend's runtime on the CPU."""
+    if backend == "onnx":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = {m.name: t.numpy() for m, t in zip(session.get_inputs(), inputs, strict=True)}
+        return [np.asarray(o) for o in session.run(None, feeds)]
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
+
+    module = _load_for_executorch(str(path))
+    return [np.asarray(o) for o in module.forward([t.contiguous() for t in inputs])]
+
+
+def export_program(backend: str, stage: StageProgram, out: Path) -> Path:
+    if backend == "onnx":
+        from vla_edge.export.onnx_export import export_stage_onnx
+
+        path = out / f"{stage.name}.onnx"
+        export_stage_onnx(stage, path)
+    else:
+        from vla_edge.export.executorch_export import export_stage_executorch
+
+        path = out / f"{stage.name}.pte"
+        info = export_stage_executorch(stage, path, "fp32")
+        assert info["delegation"]["delegated_nodes"] > 0, info["delegation"]
+    return path
+
+
+@pytest.fixture(scope="module", params=["onnx", "executorch"])
+def programs(request, model, tmp_path_factory) -> tuple[str, dict[str, Path], list[StageProgram]]:
+    backend = request.param
+    if backend == "executorch":
+        pytest.importorskip("executorch")
+    out = tmp_path_factory.mktemp(f"groot_{backend}")
+    stages = stage_programs_of(model, backend)
+    return backend, {s.name: export_program(backend, s, out) for s in stages}, stages
+
+
+def test_the_generic_exporter_finds_groot_by_its_model_class(model) -> None:
+    assert architecture_of(model).name == "groot"
+    assert hooks("groot") is EXPORT
+    assert EXPORT.stage_names == ("vision_encoder", "fusion", "action_head")
+
+
+def test_each_program_equals_its_torch_stage(programs) -> None:
+    backend, paths, stages = programs
+    for stage in stages:
+        with torch.no_grad():
+            want = stage.module(*stage.example_inputs)
+        want = [want] if isinstance(want, torch.Tensor) else list(want)
+        got = run_program(backend, paths[stage.name], stage.example_inputs)
+        assert len(got) == len(want) == len(stage.outputs)
+        for spec, g, w in zip(stage.outputs, got, want, strict=True):
+            assert g.shape == tuple(spec.shape), (stage.name, spec.name)
+            np.testing.assert_allclose(g, w.numpy(), atol=ATOL[backend], rtol=0, err_msg=spec.name)
+
+
+def test_the_chained_programs_with_k_calls_equal_sample_actions(programs, model) -> None:
+    backend, paths, stages = programs
+    c = model.config
+    gen = torch.Generator().manual_seed(7)
+    images = torch.rand(c.n_slots, 3, c.vision.image_size, c.vision.image_size, generator=gen)
+    images = images * 2 - 1
+    image_mask = torch.ones(c.n_slots)
+    image_mask[-1] = 0.0  # a masked camera
+    token_ids = torch.randint(0, 400, (1, c.max_token_len), generator=gen)
+    token_mask = (torch.arange(c.max_token_len) < 5)[None].float()
+    state = torch.randn(1, c.max_state_dim, generator=gen)
+    noise = torch.randn(1, c.action_horizon, c.max_action_dim, generator=gen)
+    with torch.no_grad():
+        want = model.sample_actions(images, image_mask, token_ids, token_mask, state, noise)
+
+    image_tokens, deepstack = run_program(backend, paths["vision_encoder"], (images,))
+    fusion_in = (image_tokens, deepstack, image_mask, token_ids, token_mask, state)
+    fused = run_program(
+        backend, paths["fusion"], tuple(torch.as_tensor(np.asarray(x)) for x in fusion_in)
+    )
+    prefix = torch.zeros_like(noise), torch.zeros(1, c.action_horizon)
+    repeat = stages[-1].repeat
+    count = repeat["count"] if isinstance(repeat, dict) else repeat.count
+    assert count == c.flow_steps == 4
+    x_t = noise
+    for k in range(count):
+        step = torch.eye(count)[k : k + 1]
+        fixed = (*[torch.as_tensor(f) for f in fused], noise, *prefix)
+        (actions,) = run_program(backend, paths["action_head"], (*fixed, x_t, step))
+        x_t = torch.as_tensor(actions)
+    np.testing.assert_allclose(x_t.numpy(), want.numpy(), atol=ATOL[backend], rtol=0)
+
+
+def test_export_model_stops_at_the_manifests_prompt_formats(model, tmp_path) -> None:
+    """The contract (:func:`~vla_edge.archs.groot.processor.groot_contract`) is written, but
+    the manifest's prompt formats are a fixed list (``archs/host.py: PROMPT_FORMATS``)
+    without GR00T's: the manifest is refused by name."""
+    import json
+
+    from test_arch_groot_layout import TAG, write_upstream_n17
+    from tokenizers import Tokenizer, models
+
+    from vla_edge.archs.groot.checkpoint import n17_normalisation
+    from vla_edge.core.errors import ManifestMismatchError
+    from vla_edge.export.architecture import export_model
+
+    root = write_upstream_n17(tmp_path / "ckpt", model, lm_head=False)
+    kwargs = json.loads((root / "processor_config.json").read_text())["processor_kwargs"]
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    vocab = {"<unk>": 0, "pick": 1}
+    Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(tokenizer / "tokenizer.json"))
+    with pytest.raises(ManifestMismatchError, match=r"host.token_ids.prompt = 'groot'"):
+        export_model(
+            model,
+            tmp_path / "out",
+            "onnx",
+            tokenizer=tokenizer,
+            joint_names=[f"joint{i}" for i in range(7)],
+            camera_map={"image": "agentview", "wrist_image": "wrist"},
+            dt_action_s=0.05,
+            norm_stats=n17_normalisation(root, TAG, kwargs),
+            log=lambda line: None,
+        )

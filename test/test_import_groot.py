@@ -1,0 +1,253 @@
+"""``vla-edge import`` for GR00T N1.7: a tiny checkpoint in Isaac-GR00T's layout (sharded
+weights with their index, ``processor_config.json``, ``statistics.json``,
+``embodiment_id.json``) found by the registry, its embodiment chosen with ``--embodiment``,
+its statistics written in the policy directory's schema; every bad input a named error
+that writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_arch_groot_layout import ACTION_GROUPS, STATE_GROUPS, TAG, write_upstream_n17
+
+from vla_edge.archs import registry
+from vla_edge.archs.common import ImportOptions
+from vla_edge.archs.groot import GrootConfig, GrootModel, TextSize
+from vla_edge.archs.groot.checkpoint import (
+    PROCESSOR_NAME,
+    UnknownEmbodimentError,
+    n17_normalisation,
+    read_checkpoint,
+)
+from vla_edge.archs.groot.config import QWEN3_VL_VOCAB_SIZE
+from vla_edge.archs.groot.processor import RANGE_FLOOR, policy_normalisation
+from vla_edge.archs.importer import default_robot, import_checkpoint
+from vla_edge.archs.normalisation import codec_from_section
+from vla_edge.archs.policy_stats import check_normalisation
+from vla_edge.cli import main
+from vla_edge.core.errors import (
+    ConfigError,
+    NormStatsError,
+    PolicyDirError,
+    UnknownArchitectureError,
+)
+
+pytestmark = pytest.mark.slow
+
+EEF_ACTIONS = {
+    "kind": "eef_delta",
+    "policy_dim": 10,
+    "indices": [0, 1, 2, 3, 4, 5],
+    "frame": "base",
+    "rotation": "axis_angle",
+    "gripper": {"index": 6, "policy_range": [-1.0, 1.0], "position_range_m": [0.04, 0.0]},
+}
+"""LIBERO's relative end-effector actions: 6 end-effector dimensions, then the gripper."""
+CAMERAS = {"image": "agentview", "wrist_image": "wrist"}
+
+
+def qwen_vocab_tiny() -> GrootConfig:
+    """Tiny sizes with Qwen3-VL's vocabulary and token ids: what a real checkpoint's header
+    fixes and what the import's full-size defaults assume (the chat template's ids)."""
+    tiny = GrootConfig.tiny()
+    full = GrootConfig.full_n17()
+    text = TextSize(**{**tiny.text.model_dump(), "vocab_size": QWEN3_VL_VOCAB_SIZE})
+    ids = ("lead_token_ids", "image_token_id", "vision_start_id", "vision_end_id")
+    return GrootConfig.tiny(text=text, **{k: getattr(full, k) for k in ids})
+
+
+@pytest.fixture(scope="module")
+def model() -> GrootModel:
+    torch.manual_seed(0)
+    model = GrootModel(qwen_vocab_tiny()).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+    return model
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, model) -> Path:
+    return write_upstream_n17(tmp_path_factory.mktemp("groot") / "libero_10", model, lm_head=False)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Path:
+    """A byte-level BPE tokenizer directory (Qwen3-VL's kind: ``tokenizer.json``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(["pick up the black bowl and place it on the plate\n"] * 20, trainer)
+    root = tmp_path_factory.mktemp("qwen_tokenizer")
+    tok.save(str(root / "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<|endoftext|>"}
+    (root / "tokenizer_config.json").write_text(json.dumps(config))
+    return root
+
+
+def run_import(checkpoint: Path, tokenizer: Path, out: Path, **options):
+    return import_checkpoint(
+        checkpoint,
+        out,
+        tokenizer,
+        0.05,
+        default_robot(),
+        options=ImportOptions(vision_heads=4, **options),
+        cameras=CAMERAS,
+        action_space=EEF_ACTIONS,
+    )
+
+
+def test_import_list_names_groot_and_its_layout(capsys) -> None:
+    assert main(["import", "--list"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("groot "))
+    assert "GR00T N1.7 (NVIDIA Isaac-GR00T)" in line and "isaac_gr00t" in line
+    assert "N1.5 (experiment_cfg/metadata.json) refused" in line
+
+
+def test_the_registry_finds_an_n17_directory_without_a_lerobot_type(checkpoint) -> None:
+    assert registry.find(checkpoint).name == "groot"
+
+
+def test_n15_directory_is_found_and_refused_by_name(tmp_path, tokenizer) -> None:
+    root = tmp_path / "n15"
+    (root / "experiment_cfg").mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"model_type": "gr00t_n1_5"}))
+    stats = {
+        "state": {"s": {"min": [0.0], "max": [1.0]}},
+        "action": {"a": {"min": [0.0], "max": [1.0]}},
+    }
+    metadata = {
+        "gr1": {"statistics": stats, "modalities": {"state": {"s": {}}, "action": {"a": {}}}}
+    }
+    (root / "experiment_cfg" / "metadata.json").write_text(json.dumps(metadata))
+    assert registry.find(root).name == "groot"
+    with pytest.raises(UnknownArchitectureError, match="N1.5 checkpoint.*Eagle 2.5"):
+        run_import(root, tokenizer, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_embodiment_option_reaches_the_checkpoint_reader(checkpoint) -> None:
+    ckpt = read_checkpoint(checkpoint, ImportOptions(embodiment="new_embodiment", vision_heads=4))
+    assert ckpt.architecture == "groot" and ckpt.layout == "isaac_gr00t"
+    assert ckpt.config.embodiment_id == 3 and ckpt.asset_id == "new_embodiment"
+
+
+def test_an_embodiment_the_checkpoint_lacks_is_refused_and_writes_nothing(
+    checkpoint, tokenizer, tmp_path
+) -> None:
+    with pytest.raises(UnknownEmbodimentError, match=r"'gr1' is not in the checkpoint"):
+        run_import(checkpoint, tokenizer, tmp_path / "out", embodiment="gr1")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(UnknownEmbodimentError, match="pass --embodiment TAG"):
+        run_import(checkpoint, tokenizer, tmp_path / "out")
+
+
+def test_cli_embodiment_flag_names_the_missing_tag(checkpoint, tokenizer, tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    argv = ["import", str(checkpoint), "--tokenizer", str(tokenizer), "--dt-action-s", "0.05"]
+    argv += ["--out", str(out), "--vision-heads", "4", "--embodiment", "gr1"]
+    assert main(argv) == 2
+    assert "embodiment = 'gr1' is not in the checkpoint" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_embodiment_is_not_read_for_an_architecture_without_embodiments(tmp_path) -> None:
+    root = tmp_path / "smolvla"
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps({"type": "smolvla"}))
+    with pytest.raises(ConfigError, match="--embodiment: not read for smolvla"):
+        import_checkpoint(
+            root,
+            tmp_path / "out",
+            tmp_path,
+            0.05,
+            default_robot(),
+            options=ImportOptions(embodiment="gr1"),
+        )
+
+
+def test_import_checks_everything_then_stops_at_the_unregistered_prompt_format(
+    checkpoint, tokenizer, tmp_path
+) -> None:
+    """The policy directory's prompt formats are a fixed list (``archs/host.py``) without
+    GR00T's chat template: the import refuses to write what would not load."""
+    out = tmp_path / "policy"
+    with pytest.raises(PolicyDirError, match=r"prompt.format = 'groot'"):
+        run_import(checkpoint, tokenizer, out, embodiment=TAG)
+    assert not out.exists()
+
+
+def test_missing_statistics_refuse_the_import(checkpoint, tokenizer, tmp_path) -> None:
+    import shutil
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(checkpoint, copy)
+    (copy / "statistics.json").unlink()
+    with pytest.raises(NormStatsError, match="statistics.json: not found"):
+        run_import(copy, tokenizer, tmp_path / "out", embodiment=TAG)
+    assert not (tmp_path / "out").exists()
+
+
+def upstream_normalise(x: np.ndarray, group: dict) -> np.ndarray:
+    """Isaac-GR00T's ``StateActionProcessor`` formula (without its clip), one group."""
+    if group["kind"] == "mean_std":
+        return (x - np.asarray(group["mean"])) / np.asarray(group["std"])
+    lo, hi = ("min", "max") if group["kind"] == "min_max" else ("q01", "q99")
+    lo, hi = np.asarray(group[lo]), np.asarray(group[hi])
+    return 2.0 * (x - lo) / np.maximum(hi - lo, RANGE_FLOOR) - 1.0
+
+
+@pytest.mark.parametrize("use_percentiles", [True, False])
+def test_every_upstream_kind_is_the_policy_schemas_affine_map(
+    tmp_path, model, use_percentiles
+) -> None:
+    root = write_upstream_n17(tmp_path / "c", model, use_percentiles=use_percentiles)
+    processor = json.loads((root / PROCESSOR_NAME).read_text())
+    kwargs = processor["processor_kwargs"]
+    kwargs["modality_configs"][TAG]["state"]["mean_std_embedding_keys"] = ["gripper"]
+    (root / PROCESSOR_NAME).write_text(json.dumps(processor))
+    stats = json.loads((root / "statistics.json").read_text())
+    stats[TAG]["state"]["eef"]["max"][0] = stats[TAG]["state"]["eef"]["min"][0]  # zero range
+    stats[TAG]["state"]["eef"]["q99"][0] = stats[TAG]["state"]["eef"]["q01"][0]
+    (root / "statistics.json").write_text(json.dumps(stats))
+    upstream = n17_normalisation(root, TAG, kwargs)
+    section = policy_normalisation(upstream, "statistics.json")
+    check_normalisation(section, "policy.yaml")
+    codec = codec_from_section(section, state_dim=None, action_dim=None)
+    rng = np.random.default_rng(0)
+    for part, groups in (("state", STATE_GROUPS), ("actions", ACTION_GROUPS)):
+        width = sum(groups.values())
+        x = rng.normal(0.0, 3.0, (5, width))
+        want = np.concatenate(
+            [
+                upstream_normalise(
+                    x[:, sum(list(groups.values())[:i]) : sum(list(groups.values())[: i + 1])], g
+                )
+                for i, g in enumerate(upstream[part]["groups"])
+            ],
+            axis=1,
+        )
+        if part == "state":
+            got = codec.normalize_state(x)
+        else:  # no delta dimension: the state does not enter
+            got = codec.encode_actions(x[:, None, :], np.zeros((5, 8)))[:, 0]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)  # float32 out
+    assert [g["kind"] for g in section["state"]["groups"]] == [
+        "quantile" if use_percentiles else "min_max",
+        "mean_std",
+    ]
+    assert section["delta_actions"] == [False] * sum(ACTION_GROUPS.values())
+    assert section["embodiment"] == TAG and section["clip"] is True

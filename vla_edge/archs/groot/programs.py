@@ -1,0 +1,128 @@
+"""GR00T's export hooks: the stage modules per backend, their chained example inputs, the model.
+
+:data:`EXPORT` is what :mod:`vla_edge.export.architecture` reads (named by :mod:`.arch`):
+the stage modules themselves (:mod:`.stages`) for ONNX and torch, for ExecuTorch their copies
+with the constant tables as buffers (:mod:`.xnnpack`), the contract of
+:mod:`.processor`, and a policy directory's model with its weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vla_edge.archs.architecture import ExportHooks
+from vla_edge.archs.groot import processor
+from vla_edge.archs.groot.config import GrootConfig
+from vla_edge.archs.groot.model import GrootModel
+from vla_edge.archs.groot.stages import STAGE_NAMES, GrootStages, build_stages
+from vla_edge.archs.groot.xnnpack import xnnpack_stages
+from vla_edge.core.errors import ConfigError
+
+
+def example_inputs(stages: GrootStages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+    """Each stage's example inputs, chained: each reads its predecessor's real outputs.
+
+    The executed-prefix mask covers the head's first two rows, so tracing sees it.
+    Contiguous (ExecuTorch fixes each input's dim order from its example).
+    """
+    ex = stages.example_inputs(seed)
+    with torch.no_grad():
+        tokens, deepstack = stages.vision_encoder(*ex["vision_encoder"])
+        fused = stages.fusion(tokens, deepstack, *ex["fusion"][2:])
+    noise, prefix_actions, prefix_mask, x_t, step = ex["action_head"][4:]
+    prefix_mask = torch.zeros_like(prefix_mask)
+    prefix_mask[0, : min(2, prefix_mask.shape[1] - 1)] = 1.0
+    chained = {
+        "vision_encoder": ex["vision_encoder"],
+        "fusion": (tokens, deepstack, *ex["fusion"][2:]),
+        "action_head": (*fused, noise, prefix_actions, prefix_mask, x_t, step),
+    }
+    return {
+        name: tuple(t.detach().contiguous().clone() for t in tensors)
+        for name, tensors in chained.items()
+    }
+
+
+def stage_modules(
+    model: GrootModel, backend: str = "onnx", seed: int = 0
+) -> tuple[GrootStages, dict[str, nn.Module], dict[str, tuple[torch.Tensor, ...]]]:
+    """The stages of ``model``, the modules ``backend`` exports, their chained inputs.
+
+    ONNX and torch get the stage modules themselves, ExecuTorch
+    :func:`~vla_edge.archs.groot.xnnpack.xnnpack_stages` (the tables as buffers).
+    """
+    stages = build_stages(model)
+    modules = {name: module.eval() for name, module in stages.modules().items()}
+    if backend == "executorch":
+        modules = xnnpack_stages(model)
+    return stages, modules, example_inputs(stages, seed)
+
+
+def checked_policy(
+    path: str | Path, flow_steps: int | None = None, verify_sha256: bool = True
+) -> tuple[Any, GrootConfig]:
+    """A GR00T policy directory and its model config (``flow_steps`` applied).
+
+    Raises:
+        ConfigError: the directory holds another architecture, or its prompt is not GR00T's.
+        PolicyDirError: (and its relatives) an invalid policy directory.
+    """
+    from vla_edge.archs.policy_dir import load_policy_dir
+
+    policy = load_policy_dir(path, verify_sha256=verify_sha256)
+    if policy.architecture != processor.ARCHITECTURE:
+        raise ConfigError(
+            f"{path}: architecture = {policy.architecture!r}: the GR00T exporter exports "
+            f"{processor.ARCHITECTURE!r} policy directories"
+        )
+    config: GrootConfig = policy.config
+    if flow_steps is not None:
+        config = GrootConfig(**{**config.model_dump(), "flow_steps": int(flow_steps)})
+    if policy.prompt.get("format") != processor.PROMPT:
+        raise ConfigError(
+            f"{path}: prompt.format = {policy.prompt.get('format')!r}, expected "
+            f"{processor.PROMPT!r}"
+        )
+    if policy.tokenizer_dir is None:
+        raise ConfigError(f"{path}: tokenizer = {policy.tokenizer!r}: needs a tokenizer dir")
+    return policy, config
+
+
+def load_policy_model(
+    path: str | Path,
+    flow_steps: int | None = None,
+    *,
+    stage: str | None = None,
+    verify_sha256: bool = True,
+) -> tuple[Any, GrootModel]:
+    """A GR00T policy directory and its model with the directory's weights.
+
+    Raises:
+        ConfigError: as :func:`checked_policy`; a stage (the whole model is loaded).
+    """
+    from vla_edge.archs.groot.checkpoint import load_weights
+
+    if stage is not None:
+        raise ConfigError(f"stage = {stage!r}: GR00T loads its whole model (no per-stage weights)")
+    policy, config = checked_policy(path, flow_steps, verify_sha256)
+    model = GrootModel(config).eval()
+    load_weights(policy, model)
+    return policy, model
+
+
+EXPORT = ExportHooks(
+    stage_names=STAGE_NAMES,
+    stage_modules=stage_modules,
+    contract=processor.groot_contract,
+    normalisation=processor.statistics_normalisation,
+    tokenizer_files=processor.tokenizer_files,
+    checked_policy=checked_policy,
+    load_model=load_policy_model,
+    executorch_stages="vla_edge.archs.groot.xnnpack",
+    hash_tokenizer_files=True,
+)
+"""GR00T's export hooks (:attr:`vla_edge.archs.architecture.Architecture.export`)."""
