@@ -225,3 +225,126 @@ def test_import_list_prints_each_architecture_without_importing_torch() -> None:
     assert "π0.5 (Physical Intelligence, openpi)" in text["pi05"]
     assert "lerobot (pretrained: config.json type smolvla" in text["smolvla"]
     assert "[no import needed: vla-edge export reads it]" in text["bundled"]
+
+
+TOY_PROMPT_ARCH = '''
+"""A toy architecture with its own prompt format: registered by this file alone."""
+
+from vla_edge.archs.architecture import Architecture, Layout, PromptFormat
+
+ARCHITECTURES = (
+    Architecture(
+        name="toy",
+        title="a toy architecture",
+        layouts=(Layout("toy", "a toy layout"),),
+        config="vla_edge.archs.toyprompt.config:ToyConfig",
+        model="vla_edge.archs.toyprompt.model:ToyModel",
+        stages="vla_edge.archs.toyprompt.stages:build_stages",
+        read_checkpoint="vla_edge.archs.toyprompt.checkpoint:read_checkpoint",
+        prompts=(
+            PromptFormat(
+                "toy_state",
+                tokenizer="huggingface",
+                encoder="vla_edge.archs.toyprompt.prompt:ToyEncoder",
+                holds_state=True,
+            ),
+        ),
+    ),
+)
+'''
+
+TOY_PROMPT = '''
+"""The toy prompt: the instruction's length and the first state entry's sign."""
+
+import numpy as np
+
+
+class ToyEncoder:
+    per_observation = True
+
+    def __init__(self, path, max_len, prompt):
+        self.path, self.max_len, self.prompt = path, max_len, prompt
+
+    def encode(self, instruction, state_norm=None):
+        ids = np.zeros((1, self.max_len), dtype=np.int64)
+        ids[0, 0], ids[0, 1] = len(instruction), int(state_norm[0] > 0)
+        return ids, np.ones((1, self.max_len), dtype=bool)
+'''
+
+
+def test_prompt_formats_are_exactly_what_the_architectures_register() -> None:
+    from vla_edge.archs import host
+
+    registered = {p.name: p for a in registry.ARCHITECTURES.values() for p in a.prompts}
+    assert registry.PROMPT_FORMATS == registered
+    assert {"instruction", "pi0", "pi05_state", "smolvla", "groot"} <= set(registered)
+    assert host.prompt_formats("sentencepiece") == ("pi0", "pi05_state")
+    assert set(host.prompt_formats("huggingface")) == {"smolvla", "groot"}
+    assert host.prompt_formats("wordpiece") == ("instruction",)
+    assert "instruction" not in host.prompt_formats(policy=True)  # the bundled model's own
+    assert set(host.tokenizer_kinds()) == {"wordpiece", "sentencepiece", "huggingface"}
+    assert [p.name for p in registered.values() if p.holds_state] == ["pi05_state"]
+    assert host.implied_prompt("wordpiece") == "instruction"
+    assert host.implied_prompt("huggingface") == "smolvla"
+    assert host.implied_prompt("sentencepiece") is None
+    by_folder = registered_by_folder()
+    for name, arch in registry.ARCHITECTURES.items():  # encoders live in the folder
+        for prompt in arch.prompts:
+            assert prompt.encoder.startswith(f"vla_edge.archs.{by_folder[name]}.prompt:")
+            module, _, attribute = prompt.encoder.partition(":")
+            assert callable(getattr(importlib.import_module(module), attribute)), prompt
+
+
+def test_a_new_folder_registers_its_prompt_format_for_the_manifest_and_the_runner(
+    tmp_path, monkeypatch
+) -> None:
+    import numpy as np
+
+    from vla_edge.archs import host
+    from vla_edge.runners.tokenizers import open_tokenizer
+
+    folder = tmp_path / "toyprompt"
+    folder.mkdir()
+    (folder / "__init__.py").write_text('"""A toy architecture folder."""\n')
+    (folder / "arch.py").write_text(textwrap.dedent(TOY_PROMPT_ARCH))
+    (folder / "prompt.py").write_text(textwrap.dedent(TOY_PROMPT))
+    monkeypatch.setattr(vla_edge.archs, "__path__", [*vla_edge.archs.__path__, str(tmp_path)])
+    try:
+        found = registry.discover()
+        monkeypatch.setattr(registry, "ARCHITECTURES", found)
+        monkeypatch.setattr(registry, "PROMPT_FORMATS", registry.collect_prompts(found))
+        assert "toy_state" in host.prompt_formats("huggingface")
+        assert host.holds_state("toy_state") and not host.holds_state("smolvla")
+        encoder = open_tokenizer("huggingface", tmp_path, 4, "toy_state")
+        assert encoder.per_observation
+        ids, mask = encoder.encode("pick", np.array([0.5]))
+        assert ids.tolist() == [[4, 1, 0, 0]] and mask.all()
+    finally:
+        for name in [m for m in sys.modules if m.startswith("vla_edge.archs.toyprompt")]:
+            del sys.modules[name]
+
+
+def test_one_prompt_name_registered_with_two_definitions_is_refused() -> None:
+    from dataclasses import replace
+
+    pi0 = registry.get("pi0")
+    other = replace(
+        pi0, name="other", prompts=(replace(pi0.prompts[0], encoder="elsewhere:Encoder"),)
+    )
+    assert registry.collect_prompts({"pi0": pi0, "pi05": registry.get("pi05")}) == {
+        p.name: p for p in pi0.prompts
+    }  # the same definitions twice: one format each
+    with pytest.raises(UnknownArchitectureError, match="'pi0' is registered twice"):
+        registry.collect_prompts({"pi0": pi0, "other": other})
+
+
+def test_the_runners_tokenizer_refuses_an_unregistered_or_mismatched_prompt(tmp_path) -> None:
+    from vla_edge.core.errors import ManifestMismatchError
+    from vla_edge.runners.tokenizers import open_tokenizer
+
+    with pytest.raises(ManifestMismatchError, match=r"host.token_ids.prompt = 'nope'"):
+        open_tokenizer("huggingface", tmp_path, 8, "nope")
+    with pytest.raises(
+        ManifestMismatchError, match=r"kind = 'wordpiece', but prompt 'smolvla' reads a huggingface"
+    ):
+        open_tokenizer("wordpiece", tmp_path, 8, "smolvla")

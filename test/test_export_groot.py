@@ -2,7 +2,9 @@
 architecture's :data:`~vla_edge.archs.groot.programs.EXPORT` hooks) at tiny size: each ONNX
 and ExecuTorch program equals its torch stage, and the three programs chained as a runner
 chains them (the action head called K = 4 times, ``x_t`` carried) give
-``GrootModel.sample_actions``'s actions on the same inputs and noise."""
+``GrootModel.sample_actions``'s actions on the same inputs and noise; ``export_model``
+writes a manifest with GR00T's registered prompt format that ``load_manifest`` validates,
+and the ONNX runner's chunk equals ``sample_actions`` decoded with the same statistics."""
 
 from __future__ import annotations
 
@@ -127,34 +129,96 @@ def test_the_chained_programs_with_k_calls_equal_sample_actions(programs, model)
     np.testing.assert_allclose(x_t.numpy(), want.numpy(), atol=ATOL[backend], rtol=0)
 
 
-def test_export_model_stops_at_the_manifests_prompt_formats(model, tmp_path) -> None:
-    """The contract (:func:`~vla_edge.archs.groot.processor.groot_contract`) is written, but
-    the manifest's prompt formats are a fixed list (``archs/host.py: PROMPT_FORMATS``)
-    without GR00T's: the manifest is refused by name."""
+JOINTS = [f"joint{i}" for i in range(7)]
+CAMERA_MAP = {"image": "agentview", "wrist_image": "wrist"}
+
+
+@pytest.fixture(scope="module")
+def onnx_export(model, tmp_path_factory) -> tuple[Path, Path]:
+    """``(export folder, tokenizer)``: ``export_model``'s ONNX export of the tiny model with
+    upstream statistics and a Qwen-style tokenizer directory."""
     import json
 
     from test_arch_groot_layout import TAG, write_upstream_n17
-    from tokenizers import Tokenizer, models
+    from test_import_groot import write_qwen_tokenizer
 
     from vla_edge.archs.groot.checkpoint import n17_normalisation
-    from vla_edge.core.errors import ManifestMismatchError
     from vla_edge.export.architecture import export_model
 
-    root = write_upstream_n17(tmp_path / "ckpt", model, lm_head=False)
-    kwargs = json.loads((root / "processor_config.json").read_text())["processor_kwargs"]
-    tokenizer = tmp_path / "tokenizer"
-    tokenizer.mkdir()
-    vocab = {"<unk>": 0, "pick": 1}
-    Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(tokenizer / "tokenizer.json"))
-    with pytest.raises(ManifestMismatchError, match=r"host.token_ids.prompt = 'groot'"):
-        export_model(
-            model,
-            tmp_path / "out",
-            "onnx",
-            tokenizer=tokenizer,
-            joint_names=[f"joint{i}" for i in range(7)],
-            camera_map={"image": "agentview", "wrist_image": "wrist"},
-            dt_action_s=0.05,
-            norm_stats=n17_normalisation(root, TAG, kwargs),
-            log=lambda line: None,
-        )
+    root = tmp_path_factory.mktemp("groot_export")
+    ckpt = write_upstream_n17(root / "ckpt", model, lm_head=False)
+    kwargs = json.loads((ckpt / "processor_config.json").read_text())["processor_kwargs"]
+    tokenizer = write_qwen_tokenizer(root / "tokenizer")
+    export_model(
+        model,
+        root / "out",
+        "onnx",
+        tokenizer=tokenizer,
+        joint_names=JOINTS,
+        camera_map=CAMERA_MAP,
+        dt_action_s=0.05,
+        norm_stats=n17_normalisation(ckpt, TAG, kwargs),
+        log=lambda line: None,
+    )
+    return root / "out", tokenizer
+
+
+def test_export_model_writes_a_manifest_with_groots_registered_prompt(onnx_export) -> None:
+    from vla_edge.export.manifest import load_manifest
+
+    folder, _ = onnx_export
+    manifest = load_manifest(folder)
+    assert manifest.architecture == "groot"
+    assert manifest.prompt == "groot" and not manifest.tokens_per_observation
+    assert manifest.tokenizer["kind"] == "huggingface"
+    assert manifest.tokenizer_path is not None and manifest.tokenizer_path.is_dir()
+    assert list(manifest.stage_order) == ["vision_encoder", "fusion", "action_head"]
+
+
+def test_the_onnx_runner_chunk_equals_sample_actions(onnx_export, model) -> None:
+    """The runner's host side (images in [-1, 1], GR00T's prompt, the normalised state
+    padded to ``max_state_dim``) and its chained programs give ``sample_actions``'s actions
+    on the same inputs and noise, decoded with the export's statistics."""
+    from vla_edge.archs.groot.prompt import GrootPromptTokenizer
+    from vla_edge.core.types import Observation
+    from vla_edge.runners.onnx_runner import OnnxRunner
+    from vla_edge.runners.preprocess import decode_chunk
+
+    folder, tokenizer = onnx_export
+    c = model.config
+    size = c.vision.image_size
+    runner = OnnxRunner(folder, threads=1)
+    rng = np.random.default_rng(3)
+    images = {
+        cam: rng.integers(0, 256, (size, size, 3), dtype=np.uint8) for cam in ("agentview", "wrist")
+    }
+    obs = Observation(
+        stamp_s=1.5,
+        images=images,
+        state=rng.uniform(-0.5, 0.5, len(JOINTS)),
+        instruction="Pick up the black bowl.",
+    )
+    noise = rng.standard_normal((c.action_horizon, c.max_action_dim)).astype(np.float32)
+    chunk = runner.infer(obs, noise=noise)
+
+    slots = [images[CAMERA_MAP[s]] for s in c.image_slots]
+    pixels = np.stack([im.transpose(2, 0, 1) for im in slots]).astype(np.float32) / 255 * 2 - 1
+    ids, mask = GrootPromptTokenizer(tokenizer, c.max_token_len).encode(obs.instruction)
+    state = np.zeros((1, c.max_state_dim), dtype=np.float32)
+    state[0, : len(JOINTS)] = runner.codec.normalize_state(np.asarray(obs.state))
+    with torch.no_grad():
+        want = model.sample_actions(
+            torch.from_numpy(pixels),
+            torch.ones(c.n_slots),
+            torch.from_numpy(ids),
+            torch.from_numpy(mask).float(),
+            torch.from_numpy(state),
+            torch.from_numpy(noise[None]),
+        ).numpy()[0]
+    decoded = decode_chunk(runner.codec, want[:, : len(JOINTS)], obs.state, None, 0)
+    assert chunk.positions.shape == (c.action_horizon, len(JOINTS))
+    assert np.ptp(decoded) > 0.1  # actions that differ across the chunk and the joints
+    np.testing.assert_allclose(chunk.positions, decoded, atol=1e-3, rtol=1e-4)
+    tokens = runner._tokens(obs.instruction)
+    np.testing.assert_array_equal(tokens["host:token_ids"], ids)
+    np.testing.assert_array_equal(tokens["host:token_mask"].astype(bool), mask)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from test_arch_groot_layout import ACTION_GROUPS, STATE_GROUPS, TAG, write_upstream_n17
+from tokenizers import Tokenizer
 
 from vla_edge.archs import registry
 from vla_edge.archs.common import ImportOptions
@@ -25,14 +26,15 @@ from vla_edge.archs.groot.checkpoint import (
 )
 from vla_edge.archs.groot.config import QWEN3_VL_VOCAB_SIZE
 from vla_edge.archs.groot.processor import RANGE_FLOOR, policy_normalisation
+from vla_edge.archs.groot.prompt import CLOSING, GrootPromptTokenizer
 from vla_edge.archs.importer import default_robot, import_checkpoint
 from vla_edge.archs.normalisation import codec_from_section
+from vla_edge.archs.policy_dir import load_policy_dir
 from vla_edge.archs.policy_stats import check_normalisation
 from vla_edge.cli import main
 from vla_edge.core.errors import (
     ConfigError,
     NormStatsError,
-    PolicyDirError,
     UnknownArchitectureError,
 )
 
@@ -75,10 +77,10 @@ def checkpoint(tmp_path_factory, model) -> Path:
     return write_upstream_n17(tmp_path_factory.mktemp("groot") / "libero_10", model, lm_head=False)
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Path:
-    """A byte-level BPE tokenizer directory (Qwen3-VL's kind: ``tokenizer.json``)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def write_qwen_tokenizer(root: Path) -> Path:
+    """A byte-level BPE tokenizer directory (Qwen3-VL's kind: ``tokenizer.json``) with the
+    special tokens of Qwen3-VL's chat layout and its pad token, ``<|endoftext|>``."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -89,12 +91,18 @@ def tokenizer(tmp_path_factory) -> Path:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(["pick up the black bowl and place it on the plate\n"] * 20, trainer)
-    root = tmp_path_factory.mktemp("qwen_tokenizer")
+    corpus = ["pick up the black bowl and place it on the plate\n", "assistant\n"]
+    tok.train_from_iterator(corpus * 20, trainer)
+    root.mkdir(parents=True, exist_ok=True)
     tok.save(str(root / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<|endoftext|>"}
     (root / "tokenizer_config.json").write_text(json.dumps(config))
     return root
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Path:
+    return write_qwen_tokenizer(tmp_path_factory.mktemp("qwen_tokenizer"))
 
 
 def run_import(checkpoint: Path, tokenizer: Path, out: Path, **options):
@@ -179,15 +187,31 @@ def test_embodiment_is_not_read_for_an_architecture_without_embodiments(tmp_path
         )
 
 
-def test_import_checks_everything_then_stops_at_the_unregistered_prompt_format(
+def test_import_writes_a_policy_directory_with_groots_prompt_that_loads(
     checkpoint, tokenizer, tmp_path
 ) -> None:
-    """The policy directory's prompt formats are a fixed list (``archs/host.py``) without
-    GR00T's chat template: the import refuses to write what would not load."""
+    """GR00T registers its prompt format (``groot``, :mod:`vla_edge.archs.groot.prompt`):
+    the import writes a policy directory that loads, with the tokenizer copied beside it
+    and the instruction encoded in Qwen3-VL's chat layout."""
     out = tmp_path / "policy"
-    with pytest.raises(PolicyDirError, match=r"prompt.format = 'groot'"):
-        run_import(checkpoint, tokenizer, out, embodiment=TAG)
-    assert not out.exists()
+    policy = run_import(checkpoint, tokenizer, out, embodiment=TAG)
+    loaded = load_policy_dir(out)
+    assert loaded.architecture == policy.architecture == "groot"
+    assert loaded.prompt == {"format": "groot"}
+    assert loaded.tokenizer["kind"] == "huggingface"
+    assert loaded.normalisation["embodiment"] == TAG
+    assert loaded.images["resize"] == "pad"
+    assert loaded.cameras == CAMERAS
+    assert loaded.tokenizer_dir is not None and loaded.tokenizer_dir.is_dir()
+    encoder = GrootPromptTokenizer(loaded.tokenizer_dir, loaded.config.max_token_len)
+    ids, mask = encoder.encode("Pick up the black bowl!")
+    reference = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    want = reference.encode("pick up the black bowl" + CLOSING, add_special_tokens=False).ids
+    n = int(mask.sum())
+    assert ids.shape == mask.shape == (1, loaded.config.max_token_len)
+    assert ids[0, n - len(encoder.closing_ids) : n].tolist() == encoder.closing_ids
+    assert ids[0, :n].tolist() == want[: n - len(encoder.closing_ids)] + encoder.closing_ids
+    assert (ids[0, n:] == reference.token_to_id("<|endoftext|>")).all()
 
 
 def test_missing_statistics_refuse_the_import(checkpoint, tokenizer, tmp_path) -> None:
@@ -251,3 +275,28 @@ def test_every_upstream_kind_is_the_policy_schemas_affine_map(
     ]
     assert section["delta_actions"] == [False] * sum(ACTION_GROUPS.values())
     assert section["embodiment"] == TAG and section["clip"] is True
+
+
+def test_groots_prompt_refuses_a_tokenizer_without_the_chat_layouts_tokens(tmp_path) -> None:
+    from tokenizers import models
+
+    from vla_edge.core.errors import ManifestMismatchError
+
+    root = tmp_path / "wordlevel"
+    root.mkdir()
+    vocab = {"<unk>": 0, "<pad>": 1, "pick": 2}
+    Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(root / "tokenizer.json"))
+    (root / "tokenizer_config.json").write_text(json.dumps({"pad_token": "<pad>"}))
+    with pytest.raises(ManifestMismatchError, match=r"lacks the chat template's special tokens"):
+        GrootPromptTokenizer(root, 8)
+    qwen = write_qwen_tokenizer(tmp_path / "qwen")
+    with pytest.raises(ManifestMismatchError, match=r"host.token_ids.shape\[1\] = 2: fewer slots"):
+        GrootPromptTokenizer(qwen, 2)
+
+
+def test_groots_prompt_cuts_the_instruction_so_the_closing_always_fits(tokenizer) -> None:
+    encoder = GrootPromptTokenizer(tokenizer, 8)
+    ids, mask = encoder.encode("Pick up the black bowl and place it on the plate, please!")
+    assert mask.all()
+    assert ids[0, -len(encoder.closing_ids) :].tolist() == encoder.closing_ids
+    assert encoder.ids("PICK, up.") == encoder.ids("pick up")

@@ -56,6 +56,35 @@ class PolicyFacts:
 
 
 @dataclass(frozen=True)
+class PromptFormat:
+    """A prompt an architecture's exports encode (``host.token_ids.prompt``).
+
+    The manifest (:mod:`vla_edge.export.manifest`) and the policy directory
+    (:mod:`vla_edge.archs.policy_dir`) accept exactly the registered names; the runners'
+    tokenizer (:mod:`vla_edge.runners.tokenizers`) opens :attr:`encoder` by the name.
+    """
+
+    name: str
+    """``host.token_ids.prompt`` and a policy directory's ``prompt.format``."""
+    tokenizer: str
+    """The tokenizer kind it reads (``host.token_ids.tokenizer.kind``): ``wordpiece``,
+    ``sentencepiece`` or ``huggingface``."""
+    encoder: str
+    """``module:attribute`` of ``(tokenizer path, max_len, prompt name) -> encoder`` whose
+    ``encode(instruction, state_norm=None)`` gives the ids ``[1, max_len]`` int64 and the
+    mask ``[1, max_len]`` bool, and whose ``per_observation`` is :attr:`holds_state`
+    (numpy only, no torch; imported when used). The path is the file the manifest names
+    (a ``huggingface`` tokenizer: its directory)."""
+    holds_state: bool = False
+    """The prompt holds the normalised state: its ids change with every observation."""
+    policy: bool = True
+    """A policy directory may state it (the bundled model's ``instruction`` is not)."""
+    implied: bool = False
+    """What a manifest of this tokenizer kind without ``host.token_ids.prompt`` means
+    (exports written before the field)."""
+
+
+@dataclass(frozen=True)
 class ExportHooks:
     """What the generic exporter (:mod:`vla_edge.export.architecture`) reads of an architecture.
 
@@ -177,6 +206,8 @@ class Architecture:
     """The :class:`~vla_edge.archs.common.ImportOptions` fields it reads."""
     tokenizer: str = "sentencepiece"
     """``sentencepiece`` (a model file) or ``huggingface`` (a tokenizer directory)."""
+    prompts: tuple[PromptFormat, ...] = ()
+    """The prompt formats its exports encode (:class:`PromptFormat`)."""
     export: str | None = None
     """Its :class:`ExportHooks` (``module:attribute``); ``None``: not exported."""
     bench: str | None = None
@@ -229,4 +260,4 @@ class Architecture:
         return f"{self.name:<8} {self.title}: {layouts}{how}"
 
 
-__all__ = ["Architecture", "BenchHooks", "ExportHooks", "Layout", "PolicyFacts"]
+__all__ = ["Architecture", "BenchHooks", "ExportHooks", "Layout", "PolicyFacts", "PromptFormat"]

@@ -6,8 +6,10 @@ architectures, the manifest (:mod:`vla_edge.export.manifest`) and the policy dir
 (:mod:`vla_edge.archs.policy_dir`) all read, once, and imports no torch:
 
 * :class:`TensorSpec`: the one declaration of a stage's tensor;
-* :data:`STAGE_NAMES`, :data:`HOST_INPUTS`, :data:`TOKENIZER_KINDS`, :data:`PROMPT_FORMATS`,
-  :data:`STATE_PROMPTS`, :data:`HF_TOKENIZER_JSON`;
+* :data:`STAGE_NAMES`, :data:`HOST_INPUTS`, :data:`HF_TOKENIZER_JSON`;
+* the registered prompt formats (each architecture's
+  :class:`~vla_edge.archs.architecture.PromptFormat`): :func:`prompt_formats`,
+  :func:`tokenizer_kinds`, :func:`implied_prompt`, :func:`holds_state`;
 * :func:`image_slots`: a camera map as the manifest's slot list;
 * :func:`prefix_flow_contract`: the manifest's fields of a VLM-prefix, flow-matching
   architecture (π0, π0.5, SmolVLA) besides its stages.
@@ -34,23 +36,49 @@ HOST_INPUTS = (
     "prefix_mask",
 )
 """Tensors the runner's numpy preprocessing makes (a stage input's ``host:<name>``)."""
-TOKENIZER_KINDS = ("wordpiece", "sentencepiece", "huggingface")
-"""Tokenizers the runners read (``wordpiece``: a ``tokenizers`` ``tokenizer.json``;
-``sentencepiece``: a SentencePiece model, PaliGemma's for π0 / π0.5; ``huggingface``: a
-tokenizer directory, SmolVLM2's for SmolVLA)."""
-PROMPT_FORMATS = {
-    "wordpiece": ("instruction",),
-    "sentencepiece": ("pi0", "pi05_state"),
-    "huggingface": ("smolvla",),
-}
-"""The prompts each tokenizer kind encodes (``host.token_ids.prompt``, a policy directory's
-``prompt.format``)."""
-POLICY_PROMPT_FORMATS = tuple(
-    p for kind in ("sentencepiece", "huggingface") for p in PROMPT_FORMATS[kind]
-)
-"""The prompts an imported policy directory may state (the bundled model's is its own)."""
-STATE_PROMPTS = ("pi05_state",)
-"""Prompts that hold the normalised state: their token ids change with every observation."""
+
+
+def prompt_formats(kind: str | None = None, *, policy: bool = False) -> tuple[str, ...]:
+    """The registered prompt formats (:data:`vla_edge.archs.registry.PROMPT_FORMATS`).
+
+    Args:
+        kind: only those a tokenizer of this kind encodes.
+        policy: only those a policy directory may state.
+    """
+    from vla_edge.archs import registry  # the registry imports this module's users
+
+    return tuple(
+        p.name
+        for p in registry.PROMPT_FORMATS.values()
+        if (kind is None or p.tokenizer == kind) and (p.policy or not policy)
+    )
+
+
+def tokenizer_kinds() -> tuple[str, ...]:
+    """The tokenizer kinds some registered prompt format reads, in registration order."""
+    from vla_edge.archs import registry
+
+    return tuple(dict.fromkeys(p.tokenizer for p in registry.PROMPT_FORMATS.values()))
+
+
+def implied_prompt(kind: str) -> str | None:
+    """The prompt a manifest of tokenizer ``kind`` without ``host.token_ids.prompt`` means."""
+    from vla_edge.archs import registry
+
+    return next(
+        (p.name for p in registry.PROMPT_FORMATS.values() if p.tokenizer == kind and p.implied),
+        None,
+    )
+
+
+def holds_state(prompt: str | None) -> bool:
+    """Whether the registered ``prompt`` holds the state (its ids change per observation)."""
+    from vla_edge.archs import registry
+
+    entry = None if prompt is None else registry.prompt_format(prompt)
+    return entry is not None and entry.holds_state
+
+
 HF_TOKENIZER_JSON = "tokenizer.json"
 """The file a ``huggingface`` tokenizer directory must hold."""
 TOKENIZER_NAME = "tokenizer.json"

@@ -68,7 +68,6 @@ from typing import Any
 import yaml
 
 from vla_edge.archs import registry
-from vla_edge.archs.host import POLICY_PROMPT_FORMATS
 from vla_edge.archs.policy_stats import SECTION_STATS, check_normalisation
 from vla_edge.archs.policy_tokenizer import sha256_file
 from vla_edge.core.errors import (
@@ -83,10 +82,6 @@ from vla_edge.core.errors import (
 FORMAT = "vla_edge.policy.v1"
 POLICY_FILE = "policy.yaml"
 WEIGHTS_FILE = "model.safetensors"
-PROMPT_FORMATS = POLICY_PROMPT_FORMATS
-"""``pi0``: ``encode(clean(task), bos) + encode("\\n")``; ``pi05_state``: π0.5's
-``"Task: ..., State: <256 bins>;\\nAction: "`` with BOS (:mod:`vla_edge.archs.pi0.prompt`);
-``smolvla``: LeRobot's ``task + "\\n"``, right-padded to ``max_token_len`` with a mask."""
 RESIZE_MODES = ("pad", "pad_top_left")
 
 # -- the directory -----------------------------------------------------------------------
@@ -302,9 +297,11 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
             f"config's vocabulary of {facts.vocab_size}"
         )
     prompt = _require(data, "prompt", dict, where)
-    if prompt.get("format") not in PROMPT_FORMATS:
+    formats = tuple(p.name for p in arch.prompts if p.policy)
+    if prompt.get("format") not in formats:
         raise PolicyDirError(
-            f"{where}: prompt.format = {prompt.get('format')!r}, expected one of {PROMPT_FORMATS}"
+            f"{where}: prompt.format = {prompt.get('format')!r}, expected one of {formats} "
+            f"(the prompt formats {arch.name} registers)"
         )
     weights = _require(data, "weights", dict, where)
     state_space = data.get("state_space", {"kind": "joint_position"})

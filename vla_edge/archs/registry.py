@@ -17,10 +17,12 @@ functions the entry names; :mod:`vla_edge.archs.policy_dir` validates a policy d
 The ``arch`` modules import no torch (their functions are ``"module:attribute"`` strings,
 imported when used), so listing or validating never imports torch.
 
-Adding an architecture (GR00T N1.5 next) is one folder ``vla_edge/archs/<name>/`` with a
+Adding an architecture is one folder ``vla_edge/archs/<name>/`` with a
 config, a model, its stages, a ``checkpoint`` module (``read_checkpoint(path, options)
 -> Checkpoint``, ``copy_weights(checkpoint, dst, metadata)``, ``load_weights``), its
-processor (the host side) and export hooks, and an ``arch`` module; and its tests. No other
+processor (the host side), its prompt (a ``prompt`` module registered as
+:class:`~vla_edge.archs.architecture.PromptFormat` entries: :data:`PROMPT_FORMATS`) and
+export hooks, and an ``arch`` module; and its tests. No other
 file changes: runners, nodes, the controller and the safety layer read the policy directory
 and the export manifest, never this list.
 """
@@ -32,7 +34,7 @@ import pkgutil
 from pathlib import Path
 
 import vla_edge.archs
-from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts
+from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts, PromptFormat
 from vla_edge.archs.common import CONFIG_NAME, read_config_json
 from vla_edge.core.errors import CheckpointError, UnknownArchitectureError
 
@@ -81,8 +83,36 @@ def discover(
     return found
 
 
+def collect_prompts(architectures: dict[str, Architecture]) -> dict[str, PromptFormat]:
+    """Every prompt format the architectures register, by name, in registration order.
+
+    One format may be registered by several entries (π0 and π0.5 share theirs) when each
+    registers the same :class:`PromptFormat`.
+
+    Raises:
+        UnknownArchitectureError: one name registered with two different definitions.
+    """
+    found: dict[str, PromptFormat] = {}
+    for arch in architectures.values():
+        for prompt in arch.prompts:
+            if prompt.name in found and found[prompt.name] != prompt:
+                raise UnknownArchitectureError(
+                    f"prompt format = {prompt.name!r} is registered twice with different "
+                    f"definitions ({arch.name!r} and another architecture)"
+                )
+            found[prompt.name] = prompt
+    return found
+
+
 ARCHITECTURES: dict[str, Architecture] = discover()
 """Every supported architecture, by name (:func:`discover`)."""
+PROMPT_FORMATS: dict[str, PromptFormat] = collect_prompts(ARCHITECTURES)
+"""Every registered prompt format, by name (:func:`collect_prompts`)."""
+
+
+def prompt_format(name: str) -> PromptFormat | None:
+    """The registered prompt format ``name`` (``None``: no architecture registers it)."""
+    return PROMPT_FORMATS.get(name)
 
 
 def get(name: str) -> Architecture:
@@ -159,11 +189,15 @@ __all__ = [
     "ARCHITECTURES",
     "Architecture",
     "Layout",
+    "PROMPT_FORMATS",
     "PolicyFacts",
+    "PromptFormat",
+    "collect_prompts",
     "discover",
     "find",
     "folders",
     "get",
     "importable",
     "listing",
+    "prompt_format",
 ]

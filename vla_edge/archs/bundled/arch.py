@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vla_edge.archs.architecture import Architecture, Layout
+from vla_edge.archs.architecture import Architecture, Layout, PromptFormat
 
 ARCHITECTURES = (
     Architecture(
@@ -14,6 +14,15 @@ ARCHITECTURES = (
         stages="vla_edge.archs.bundled.stages:bundled_stage_modules",
         read_checkpoint="vla_edge.policy.model:load_checkpoint",
         tokenizer="bundled",
+        prompts=(
+            PromptFormat(
+                "instruction",
+                tokenizer="wordpiece",
+                encoder="vla_edge.archs.bundled.prompt:WordPiecePromptTokenizer",
+                policy=False,
+                implied=True,
+            ),
+        ),
         export="vla_edge.archs.bundled.programs:EXPORT",
     ),
 )

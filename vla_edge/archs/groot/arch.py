@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts
+from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts, PromptFormat
 
 _GROOT = "vla_edge.archs.groot"
 NAME = "groot"
@@ -24,7 +24,7 @@ N17_FIELDS = ("select_layer", "diffusion_model_cfg", "vl_self_attention_cfg")
 N17_FILES = ("processor_config.json", "embodiment_id.json")
 N15_METADATA = "experiment_cfg/metadata.json"
 PROMPT_FORMAT = "groot"
-"""Qwen3-VL's one-turn chat template around the instruction (:mod:`.processor`)."""
+"""Qwen3-VL's one-turn chat template around the instruction (:mod:`.prompt`)."""
 
 
 def detect(config_json: Mapping[str, Any], path: Path) -> str | None:
@@ -83,6 +83,13 @@ ARCHITECTURES = (
         detect=f"{_GROOT}.arch:detect",
         options=("architecture", "embodiment", "vision_heads", "action_horizon"),
         tokenizer="huggingface",
+        prompts=(
+            PromptFormat(
+                PROMPT_FORMAT,
+                tokenizer="huggingface",
+                encoder=f"{_GROOT}.prompt:GrootPromptTokenizer",
+            ),
+        ),
         export=f"{_GROOT}.programs:EXPORT",
         facts=facts,
     ),

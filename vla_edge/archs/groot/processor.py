@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vla_edge.archs.groot import prompt as _prompt
 from vla_edge.core.errors import NormStatsError
 
 RANGE_FLOOR = 1e-8
@@ -107,9 +108,9 @@ ARCHITECTURE = "groot"
 OUTPUT = "action_head.actions"
 TOKENIZER_DIR = "tokenizer"
 """Where the Hugging Face tokenizer directory's files go, beside the programs."""
-PROMPT = "groot"
+PROMPT = _prompt.PROMPT
 """The instruction, then the chat template's closing (``<|im_end|>\\n<|im_start|>assistant\\n``),
-right-padded to ``max_token_len`` (:mod:`vla_edge.archs.groot.config`'s prompt layout)."""
+right-padded to ``max_token_len``: registered by :mod:`.arch`, encoded by :mod:`.prompt`."""
 STAGE_ORDER = ("vision_encoder", "fusion", "action_head")
 
 

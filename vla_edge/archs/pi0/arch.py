@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts
+from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts, PromptFormat
 
 _PI0 = "vla_edge.archs.pi0"
 _LAYOUTS = (
@@ -21,6 +21,14 @@ _OPTIONS = (
     "discrete_state_input",
     "delta_actions",
 )
+
+_ENCODER = f"{_PI0}.prompt:PaligemmaPromptTokenizer"
+PROMPTS = (
+    PromptFormat("pi0", tokenizer="sentencepiece", encoder=_ENCODER),
+    PromptFormat("pi05_state", tokenizer="sentencepiece", encoder=_ENCODER, holds_state=True),
+)
+"""openpi's prompts (:mod:`.prompt`): ``pi0`` and π0.5's ``pi05_state``, which holds the
+state; both entries register both (a config's ``state_in_prompt`` picks one)."""
 
 
 def facts(config: Any) -> PolicyFacts:
@@ -65,6 +73,7 @@ def _entry(name: str, title: str) -> Architecture:
         lerobot_type=name,
         options=_OPTIONS,
         tokenizer="sentencepiece",
+        prompts=PROMPTS,
         export=f"{_PI0}.programs:EXPORT",
         bench=f"{_PI0}.bench:BENCH_{name.upper()}",
         facts=facts,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts
+from vla_edge.archs.architecture import Architecture, Layout, PolicyFacts, PromptFormat
 
 _SMOLVLA = "vla_edge.archs.smolvla"
 
@@ -51,6 +51,14 @@ ARCHITECTURES = (
             "delta_actions",
         ),
         tokenizer="huggingface",
+        prompts=(
+            PromptFormat(
+                "smolvla",
+                tokenizer="huggingface",
+                encoder=f"{_SMOLVLA}.prompt:SmolVLAPromptTokenizer",
+                implied=True,
+            ),
+        ),
         export=f"{_SMOLVLA}.programs:EXPORT",
         bench=f"{_SMOLVLA}.bench:BENCH",
         facts=facts,
