@@ -133,22 +133,29 @@ def hf_tokenizer_entry(path: Path, vocab_size: int, max_token_len: int) -> dict[
         "vocab_size": ids,
         "max_token_len": int(max_token_len),
     }
-    pad = _pad_token(path / "tokenizer_config.json")
+    pad = hf_pad_token(path)
     if pad is not None and tokenizer.token_to_id(pad) is not None:
         entry["pad_token"] = pad
         entry["pad_token_id"] = int(tokenizer.token_to_id(pad))
     return entry
 
 
-def _pad_token(config_path: Path) -> str | None:
-    """``pad_token`` of a ``tokenizer_config.json`` (a string or an AddedToken mapping)."""
-    try:
-        pad = json.loads(config_path.read_text()).get("pad_token")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if isinstance(pad, Mapping):
-        pad = pad.get("content")
-    return pad if isinstance(pad, str) else None
+HF_PAD_TOKEN_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+"""Where ``transformers`` finds a tokenizer directory's ``pad_token``, in that order."""
+
+
+def hf_pad_token(directory: str | Path) -> str | None:
+    """``pad_token`` of a Hugging Face tokenizer directory (a string or an AddedToken mapping)."""
+    for name in HF_PAD_TOKEN_FILES:
+        try:
+            pad = json.loads((Path(directory) / name).read_text()).get("pad_token")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(pad, Mapping):
+            pad = pad.get("content")
+        if isinstance(pad, str):
+            return pad
+    return None
 
 
 def tokenizer_files(entry: Mapping[str, Any], src: Path) -> dict[str, Path]:

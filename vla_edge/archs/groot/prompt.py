@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from vla_edge.archs.host import HF_TOKENIZER_JSON
-from vla_edge.archs.smolvla.prompt import HF_PAD_TOKEN_FILES, hf_pad_token
+from vla_edge.archs.policy_tokenizer import HF_PAD_TOKEN_FILES, hf_pad_token
 from vla_edge.core.errors import ManifestMismatchError
 
 PROMPT = "groot"

@@ -13,26 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from vla_edge.archs.host import HF_TOKENIZER_JSON
+from vla_edge.archs.policy_tokenizer import HF_PAD_TOKEN_FILES as HF_PAD_TOKEN_FILES
+from vla_edge.archs.policy_tokenizer import hf_pad_token
 from vla_edge.core.errors import ManifestMismatchError
-
-HF_PAD_TOKEN_FILES = ("tokenizer_config.json", "special_tokens_map.json")
-"""Where ``transformers`` finds a tokenizer directory's ``pad_token``, in that order."""
-
-
-def hf_pad_token(directory: str | Path) -> str | None:
-    """``pad_token`` of a Hugging Face tokenizer directory (a string or an AddedToken mapping)."""
-    import json
-
-    for name in HF_PAD_TOKEN_FILES:
-        try:
-            pad = json.loads((Path(directory) / name).read_text()).get("pad_token")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(pad, dict):
-            pad = pad.get("content")
-        if isinstance(pad, str):
-            return pad
-    return None
 
 
 def smolvla_text(instruction: str) -> str:
