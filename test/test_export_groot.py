@@ -148,7 +148,7 @@ def onnx_export(model, tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("groot_export")
     ckpt = write_upstream_n17(root / "ckpt", model, lm_head=False)
     kwargs = json.loads((ckpt / "processor_config.json").read_text())["processor_kwargs"]
-    tokenizer = write_qwen_tokenizer(root / "tokenizer")
+    tokenizer = write_qwen_tokenizer(root / "tokenizer", model.config)
     export_model(
         model,
         root / "out",

@@ -77,26 +77,41 @@ def checkpoint(tmp_path_factory, model) -> Path:
     return write_upstream_n17(tmp_path_factory.mktemp("groot") / "libero_10", model, lm_head=False)
 
 
-def write_qwen_tokenizer(root: Path) -> Path:
+def write_qwen_tokenizer(root: Path, config: GrootConfig | None = None) -> Path:
     """A byte-level BPE tokenizer directory (Qwen3-VL's kind: ``tokenizer.json``) with the
-    special tokens of Qwen3-VL's chat layout and its pad token, ``<|endoftext|>``."""
+    special tokens of Qwen3-VL's chat layout, numbered as ``config`` fixes them (Qwen3-VL's
+    own ids by default: ``<|endoftext|>`` 151643, ``<|im_start|>`` 151644, ``<|im_end|>``
+    151645), and its pad token, ``<|endoftext|>``."""
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
+    from vla_edge.archs.groot.processor import chat_token_ids
+
+    config = config or qwen_vocab_tiny()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     corpus = ["pick up the black bowl and place it on the plate\n", "assistant\n"]
     tok.train_from_iterator(corpus * 20, trainer)
+    specials = {token: token_id for token, (_, token_id) in chat_token_ids(config).items()}
+    start = specials["<|im_start|>"]
+    specials.update({"<|endoftext|>": start - 1, "<|im_end|>": start + 1})
+    data = json.loads(tok.to_str())
+    assert max(data["model"]["vocab"].values()) < min(specials.values())
+    data["model"]["vocab"].update(specials)
+    data["added_tokens"] = [
+        {"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False}
+        | {"normalized": False, "special": True}
+        for t, i in sorted(specials.items(), key=lambda item: item[1])
+    ]
     root.mkdir(parents=True, exist_ok=True)
-    tok.save(str(root / "tokenizer.json"))
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<|endoftext|>"}
-    (root / "tokenizer_config.json").write_text(json.dumps(config))
+    (root / "tokenizer.json").write_text(json.dumps(data))
+    config_json = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<|endoftext|>"}
+    (root / "tokenizer_config.json").write_text(json.dumps(config_json))
     return root
 
 
@@ -300,3 +315,24 @@ def test_groots_prompt_cuts_the_instruction_so_the_closing_always_fits(tokenizer
     assert mask.all()
     assert ids[0, -len(encoder.closing_ids) :].tolist() == encoder.closing_ids
     assert encoder.ids("PICK, up.") == encoder.ids("pick up")
+
+
+def test_a_tokenizer_numbering_the_chat_layout_otherwise_is_refused_by_name(tmp_path) -> None:
+    """The fusion stage writes the config's ids, the host the tokenizer's: they must agree."""
+    from vla_edge.archs.groot.processor import check_tokenizer
+    from vla_edge.core.errors import TokenizerMismatchError
+
+    config = qwen_vocab_tiny()
+    check_tokenizer(write_qwen_tokenizer(tmp_path / "same", config), config)
+    shifted = config.model_copy(update={"lead_token_ids": (151600, 872, 198)})
+    other = write_qwen_tokenizer(tmp_path / "other", shifted)
+    with pytest.raises(
+        TokenizerMismatchError, match=r"<\|im_start\|> is id 151600.*lead_token_ids\[0\] = 151644"
+    ):
+        check_tokenizer(other, config)
+    small = GrootConfig.tiny()
+    with pytest.raises(TokenizerMismatchError, match=r"<\|im_start\|> is id 151644.*= 500"):
+        check_tokenizer(write_qwen_tokenizer(tmp_path / "qwen", config), small)
+    past = small.model_copy(update={"text": small.text.model_copy(update={"vocab_size": 505})})
+    with pytest.raises(TokenizerMismatchError, match=r"token id 510 is past .* 505 rows"):
+        check_tokenizer(write_qwen_tokenizer(tmp_path / "tiny", small), past)

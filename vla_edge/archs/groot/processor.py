@@ -240,3 +240,59 @@ __all__ = [
     "statistics_normalisation",
     "tokenizer_files",
 ]
+
+
+def chat_token_ids(config: Any) -> dict[str, tuple[str, int]]:
+    """The chat layout's special tokens the model's config fixes: token -> (field, id).
+
+    The fusion stage writes them itself (the template's opening, each image slot's vision
+    start, end and image tokens); the host writes ``<|im_start|>`` again in the closing.
+    """
+    return {
+        "<|im_start|>": ("lead_token_ids[0]", int(config.lead_token_ids[0])),
+        "<|vision_start|>": ("vision_start_id", int(config.vision_start_id)),
+        "<|vision_end|>": ("vision_end_id", int(config.vision_end_id)),
+        "<|image_pad|>": ("image_token_id", int(config.image_token_id)),
+    }
+
+
+def check_tokenizer(directory: Path, config: Any) -> None:
+    """Refuse a tokenizer directory whose ids do not agree with the model's config.
+
+    The host's tokens come from the tokenizer and the fusion stage's constant tokens from
+    the config, so the two must number the chat layout alike: each special token of
+    :func:`chat_token_ids` the tokenizer has must carry the config's id (``<|im_start|>``
+    must be there: the closing needs it), and every id the tokenizer can write must be a
+    row of the embedding table.
+
+    Raises:
+        TokenizerMismatchError: the prompt tokenizer refuses the directory (no
+            ``tokenizer.json``, no pad token, a closing token absent, fewer slots than the
+            closing), a special token's id differs from the config's, or an id is past the
+            embedding table.
+    """
+    from tokenizers import Tokenizer
+
+    from vla_edge.archs import host
+    from vla_edge.core.errors import ManifestMismatchError, TokenizerMismatchError
+
+    directory = Path(directory)
+    where = f"tokenizer = {str(directory)!r}"
+    try:
+        _prompt.GrootPromptTokenizer(directory, config.max_token_len)
+    except ManifestMismatchError as exc:
+        raise TokenizerMismatchError(f"{where}: {exc}") from exc
+    tokenizer = Tokenizer.from_file(str(directory / host.HF_TOKENIZER_JSON))
+    for token, (field, expected) in chat_token_ids(config).items():
+        found = tokenizer.token_to_id(token)
+        if found is not None and found != expected:
+            raise TokenizerMismatchError(
+                f"{where}: {token} is id {found}, but the model's {field} = {expected}; pass "
+                "the tokenizer the checkpoint was trained with (Qwen3-VL-2B's for N1.7)"
+            )
+    largest = max(tokenizer.get_vocab(with_added_tokens=True).values())
+    if largest >= config.text.vocab_size:
+        raise TokenizerMismatchError(
+            f"{where}: token id {largest} is past the embedding table's "
+            f"{config.text.vocab_size} rows (text.vocab_size)"
+        )

@@ -124,5 +124,6 @@ EXPORT = ExportHooks(
     load_model=load_policy_model,
     executorch_stages="vla_edge.archs.groot.xnnpack",
     hash_tokenizer_files=True,
+    check_tokenizer=processor.check_tokenizer,
 )
 """GR00T's export hooks (:attr:`vla_edge.archs.architecture.Architecture.export`)."""
