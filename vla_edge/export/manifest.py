@@ -80,18 +80,22 @@ says what the state input is (:class:`vla_edge.actions.StateSpace`):
 state statistics have the state's width (``N`` for ``joint_position``); the
 runner checks it against the kind.
 
-``host.token_ids.prompt`` says what text the tokenizer encodes
-(:data:`PROMPT_FORMATS`): ``instruction`` (the instruction as is; a
+``host.token_ids.prompt`` says what text the tokenizer encodes: one of the prompt
+formats the architectures register for the tokenizer's kind
+(:class:`~vla_edge.archs.architecture.PromptFormat`,
+:data:`vla_edge.archs.registry.PROMPT_FORMATS`), such as ``instruction`` (the instruction as is; a
 ``wordpiece`` tokenizer, the default), or openpi's PaliGemma prompts for a
 ``sentencepiece`` tokenizer: ``pi0`` (BOS, the cleaned instruction, then
 ``"\n"``) and ``pi05_state`` (``"Task: ..., State: <bins>;\nAction: "``, the
 normalised state discretised into 256 bins), or LeRobot SmolVLA's for a
 ``huggingface`` tokenizer: ``smolvla`` (the instruction and ``"\n"``, right-padded
-with the tokenizer's pad token). A ``huggingface`` tokenizer's ``file`` is a
+with the tokenizer's pad token), or GR00T's ``groot`` (Qwen3-VL's chat layout,
+:mod:`vla_edge.archs.groot.prompt`). A ``huggingface`` tokenizer's ``file`` is a
 directory beside the programs holding ``tokenizer.json``; its ``files`` map each
 file in it to its sha256. A prompt that holds the state
-(:data:`STATE_PROMPTS`) makes the token ids a per-observation host input: no
-``per_instruction`` stage may read them, and a runner does not cache them.
+(:attr:`~vla_edge.archs.architecture.PromptFormat.holds_state`) makes the token ids a
+per-observation host input: no ``per_instruction`` stage may read them, and a runner
+does not cache them.
 
 :func:`load_manifest` refuses a manifest whose fields, sources, shapes or
 files disagree; :func:`check_program_io` refuses a program whose real inputs
@@ -113,11 +117,12 @@ import numpy as np
 from vla_edge.archs.host import (
     HF_TOKENIZER_JSON,
     HOST_INPUTS,
-    PROMPT_FORMATS,
-    STATE_PROMPTS,
-    TOKENIZER_KINDS,
     TOKENIZER_NAME,
     TensorSpec,
+    holds_state,
+    implied_prompt,
+    prompt_formats,
+    tokenizer_kinds,
 )
 from vla_edge.archs.normalisation import HostCodec, codec_from_section
 from vla_edge.core.errors import ManifestMismatchError
@@ -242,7 +247,7 @@ class Manifest:
     @property
     def tokens_per_observation(self) -> bool:
         """Whether the token ids depend on the observation (a prompt holding the state)."""
-        return self.prompt in STATE_PROMPTS
+        return holds_state(self.prompt)
 
     @property
     def tokenizer_path(self) -> Path | None:
@@ -571,7 +576,7 @@ def _validate_host(
             raise ManifestMismatchError(
                 f"{where}: field host.token_ids.tokenizer is missing (kind, file, sha256)"
             )
-        _check_choice(where, "host.token_ids.tokenizer.kind", tok.get("kind"), TOKENIZER_KINDS)
+        _check_choice(where, "host.token_ids.tokenizer.kind", tok.get("kind"), tokenizer_kinds())
         file = tok.get("file")
         if tok["kind"] == "huggingface":
             if not isinstance(file, str) or not (directory / file / HF_TOKENIZER_JSON).is_file():
@@ -597,12 +602,12 @@ def _validate_host(
                 f"{where}: field host.token_ids.tokenizer.file = {file!r}, expected "
                 f"{TOKENIZER_NAME!r} for a wordpiece tokenizer"
             )
-        prompts = PROMPT_FORMATS[tok["kind"]]
-        prompt = raw["token_ids"].get("prompt", prompts[0] if len(prompts) == 1 else None)
+        prompts = prompt_formats(tok["kind"])
+        prompt = raw["token_ids"].get("prompt", implied_prompt(tok["kind"]))
         if prompt not in prompts:
             raise ManifestMismatchError(
                 f"{where}: field host.token_ids.prompt = {prompt!r}, expected one of {prompts} "
-                f"for a {tok['kind']} tokenizer"
+                f"(the prompt formats registered for a {tok['kind']} tokenizer)"
             )
     if "state" in host:
         state = host["state"]
@@ -640,7 +645,7 @@ def _validate_stages(
 ) -> dict[str, StageSpec]:
     raw, order = data["stages"], data["stage_order"]
     prompt = data["host"].get("token_ids", {}).get("prompt")
-    state_prompt = prompt if prompt in STATE_PROMPTS else None
+    state_prompt = prompt if holds_state(prompt) else None
     if len(set(order)) != len(order) or sorted(order) != sorted(raw):
         raise ManifestMismatchError(
             f"{where}: field stage_order = {order}, expected each of stages {sorted(raw)} once"

@@ -35,14 +35,20 @@ r"""The tokenizers an export's manifest declares (``host.token_ids``), in numpy 
   ``transformers`` (whose import pulls in torch); the exporter checks the two
   give the same ids and masks (:mod:`vla_edge.archs.smolvla.processor`).
 
-Each architecture's prompt is written once, in its folder (numpy only, no torch):
-π0's :class:`~vla_edge.archs.pi0.prompt.PaligemmaPromptTokenizer`, SmolVLA's
-:class:`~vla_edge.archs.smolvla.prompt.SmolVLAPromptTokenizer`; this module picks one by the
-manifest's tokenizer kind.
+* ``huggingface`` / prompt ``groot``: GR00T N1.7's instruction in Qwen3-VL's chat layout
+  (:mod:`vla_edge.archs.groot.prompt`).
+
+Each architecture's prompt is written once, in its folder (numpy only, no torch), and
+registered there as a :class:`~vla_edge.archs.architecture.PromptFormat` (its tokenizer
+kind, whether it holds the state, its encoder as ``"module:attribute"``);
+:func:`open_tokenizer` looks the manifest's prompt up in
+:data:`vla_edge.archs.registry.PROMPT_FORMATS` and imports its encoder, with no list of
+names here.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Protocol
 
@@ -62,24 +68,8 @@ class PromptTokenizer(Protocol):
         ...
 
 
-class WordPiecePromptTokenizer:
-    """The bundled model's MiniLM tokenizer over the instruction (``tokenizer.json``)."""
-
-    per_observation = False
-
-    def __init__(self, directory: str | Path, max_len: int) -> None:
-        from vla_edge.policy.tokenizer import InstructionTokenizer
-
-        self._tokenizer = InstructionTokenizer(int(max_len), model_dir=directory)
-
-    def encode(
-        self, instruction: str, state_norm: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Ids and mask (int64) of the instruction."""
-        del state_norm
-        return self._tokenizer.encode(instruction)
-
-
+from vla_edge.archs import registry  # noqa: E402
+from vla_edge.archs.bundled.prompt import WordPiecePromptTokenizer  # noqa: E402
 from vla_edge.archs.pi0.prompt import PaligemmaPromptTokenizer  # noqa: E402
 from vla_edge.archs.smolvla.prompt import (  # noqa: E402 - re-exported for the runners
     HF_PAD_TOKEN_FILES,
@@ -88,24 +78,41 @@ from vla_edge.archs.smolvla.prompt import (  # noqa: E402 - re-exported for the 
     hf_pad_token,
     smolvla_text,
 )
+from vla_edge.core.errors import ManifestMismatchError  # noqa: E402
 
 __all__ = [
     "HF_PAD_TOKEN_FILES",
     "HF_TOKENIZER_JSON",
     "PaligemmaPromptTokenizer",
+    "PromptTokenizer",
     "SmolVLAPromptTokenizer",
+    "WordPiecePromptTokenizer",
     "hf_pad_token",
+    "open_tokenizer",
     "smolvla_text",
 ]
 
 
 def open_tokenizer(kind: str, path: Path, max_len: int, prompt: str) -> PromptTokenizer:
-    """The tokenizer of a manifest's ``host.token_ids`` (already validated).
+    """The encoder the registry names for a manifest's ``host.token_ids`` prompt.
 
     ``path``: the file the manifest names (a ``huggingface`` tokenizer: its directory).
+
+    Raises:
+        ManifestMismatchError: no architecture registers ``prompt``, or it reads another
+            tokenizer kind than ``kind``.
     """
-    if kind == "sentencepiece":
-        return PaligemmaPromptTokenizer(path, max_len, prompt)
-    if kind == "huggingface":
-        return SmolVLAPromptTokenizer(path, max_len, prompt)
-    return WordPiecePromptTokenizer(path.parent, max_len)
+    entry = registry.prompt_format(prompt)
+    if entry is None:
+        raise ManifestMismatchError(
+            f"field host.token_ids.prompt = {prompt!r}, expected one of "
+            f"{tuple(registry.PROMPT_FORMATS)} (the registered prompt formats)"
+        )
+    if entry.tokenizer != kind:
+        raise ManifestMismatchError(
+            f"field host.token_ids.tokenizer.kind = {kind!r}, but prompt {prompt!r} reads a "
+            f"{entry.tokenizer} tokenizer"
+        )
+    module, _, attribute = entry.encoder.partition(":")
+    encoder = getattr(importlib.import_module(module), attribute)
+    return encoder(path, max_len, prompt)
