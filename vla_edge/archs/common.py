@@ -1,6 +1,8 @@
-"""What every architecture shares: tensor declarations, key checks, safetensors I/O.
+"""What every architecture shares: key checks, safetensors I/O.
 
-* :class:`TensorSpec` (defined in :mod:`vla_edge.archs.host`): one stage input or output.
+(A stage's tensor declaration, :class:`~vla_edge.archs.host.TensorSpec`, is in
+:mod:`vla_edge.archs.host`.)
+
 * :class:`KeyReport`, :func:`compare_keys`, :func:`format_key_report`: a checkpoint's keys
   and shapes against the layout a config expects, and the
   :class:`~vla_edge.core.errors.CheckpointKeysError` message naming what does not fit.
@@ -29,7 +31,6 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from vla_edge.archs.host import TensorSpec as TensorSpec
 from vla_edge.core.errors import CheckpointError, CheckpointKeysError
 
 WEIGHTS_NAME = "model.safetensors"
@@ -387,7 +388,6 @@ __all__ = [
     "Checkpoint",
     "ImportOptions",
     "KeyReport",
-    "TensorSpec",
     "WEIGHTS_NAME",
     "compare_keys",
     "copy_tensors",

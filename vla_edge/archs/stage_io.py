@@ -23,9 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from vla_edge.archs.common import TensorSpec
 from vla_edge.archs.host import HOST_INPUTS as HOST_INPUTS
 from vla_edge.archs.host import STAGE_NAMES as STAGE_NAMES
+from vla_edge.archs.host import TensorSpec
 
 
 class StageSet:

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vla_edge.archs.common import TensorSpec
 from vla_edge.archs.groot.layers import (
     euler_times,
     on_groot_flow_path,
@@ -56,6 +55,7 @@ from vla_edge.archs.groot.model import (
     PrefixParts,
     VisionParts,
 )
+from vla_edge.archs.host import TensorSpec
 from vla_edge.archs.stage_io import (
     HOST_INPUTS as HOST_INPUTS,
 )

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vla_edge.archs.common import TensorSpec
+from vla_edge.archs.host import TensorSpec
 from vla_edge.archs.pi0.layers import euler_times, time_embedding_table
 from vla_edge.archs.pi0.model import ActionParts, Pi0Model, PrefixParts, VisionParts
 from vla_edge.archs.stage_io import (

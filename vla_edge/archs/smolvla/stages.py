@@ -28,7 +28,7 @@ control flow), sharing the parameters of one
   :meth:`SmolVLAModel.sample_actions`.
 
 :func:`build_stages` returns them with example inputs and each tensor's declaration
-(:class:`~vla_edge.archs.common.TensorSpec`: name, shape, dtype, source; ``source`` is
+(:class:`~vla_edge.archs.host.TensorSpec`: name, shape, dtype, source; ``source`` is
 ``host:<name>`` or ``stage:<stage>.<output>``).
 
 Every stage, and :func:`run_stages` / :func:`head_actions` around them, makes its tensors on
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vla_edge.archs.common import TensorSpec
+from vla_edge.archs.host import TensorSpec
 from vla_edge.archs.smolvla.layers import flow_times, time_embedding
 from vla_edge.archs.smolvla.model import ActionParts, PrefixParts, SmolVLAModel, VisionParts
 from vla_edge.archs.stage_io import (
