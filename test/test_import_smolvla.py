@@ -226,13 +226,15 @@ def assert_same_model(policy, source: SmolVLAModel) -> None:
 def test_import_list_prints_every_architecture_with_its_layouts(capsys):
     assert main(["import", "--list"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split()[0] for line in lines] == ["bundled", "pi0", "pi05", "smolvla"]
+    assert [line.split()[0] for line in lines] == list(registry.ARCHITECTURES)
     by_name = {line.split()[0]: line for line in lines}
+    assert {"bundled", "pi0", "pi05", "smolvla"} <= set(by_name)
     assert "openpi (" in by_name["pi0"] and "lerobot (" in by_name["pi0"]
     assert "type pi05" in by_name["pi05"]
     assert "lerobot (" in by_name["smolvla"] and "openpi" not in by_name["smolvla"]
     assert "no import needed" in by_name["bundled"]
-    assert registry.importable() == ("pi0", "pi05", "smolvla")
+    importable = registry.importable()
+    assert {"pi0", "pi05", "smolvla"} <= set(importable) and "bundled" not in importable
 
 
 def test_every_registry_entry_resolves_to_real_functions():
@@ -242,7 +244,10 @@ def test_every_registry_entry_resolves_to_real_functions():
         if arch.importable:
             for name in ("stages", "copy_weights", "load_weights"):
                 assert callable(arch.resolve(name)), (arch.name, name)
-            assert arch.facts is not None and arch.lerobot_type == arch.name
+            assert arch.facts is not None
+            # a LeRobot type, where the architecture has one, is its name
+            assert arch.lerobot_type in (None, arch.name)
+            assert arch.lerobot_type is not None or arch.detect is not None, arch.name
 
 
 def test_import_without_its_required_arguments_says_which(capsys):
