@@ -36,6 +36,7 @@ from vla_edge.control.homing import (
     homing_limits_for,
     plan_homing,
     plan_stop,
+    stop_goal,
 )
 from vla_edge.safety import Limiter
 
@@ -350,3 +351,26 @@ def test_a_category_1_status_or_a_silent_safety_node_is_a_stop():
     view.on_status("none", "", False, stamp_s=1.0, now_s=1.0)
     assert view.stop_reason(3.9) is None
     assert view.stop_reason(4.5) == "no status from the safety node for 3.5 s"
+
+
+def test_a_joint_speeding_towards_its_bound_stops_on_the_bound_inside_the_limits():
+    """The gripper closing at the shaping margin's acceleration near its closed bound: every
+    free-end stop whose acceleration and jerk fit runs past the bound, so the stop ends on it
+    (seen in the graph: a reset refused as 'no stop within 5.0 s')."""
+    stop_limits = LIMITS.stop
+    velocity, acceleration = np.zeros(7), np.zeros(7)
+    velocity[-1] = -0.8 * stop_limits.velocity[-1]
+    acceleration[-1] = -0.9 * stop_limits.acceleration[-1]
+    p0 = pose([0.5] * 7)
+    p0[-1] = LO[-1] + 0.7 * (HI[-1] - LO[-1])
+    state = MotionState.from_commands(_commands_with(velocity, acceleration, p0), PERIOD_S)
+    free_ends = [stop_goal(state, steps, PERIOD_S)[-1] for steps in range(1, 501)]
+    assert min(free_ends) < LO[-1]  # the free-end stop would cross the bound
+    stop = plan_stop(state, LIMITS, PERIOD_S, NAMES)
+    gripper = stop.positions[:, -1]
+    assert gripper.min() >= LO[-1] - 1e-12 and np.isclose(gripper[-1], LO[-1])
+    v, a, j = derivatives(np.stack(state.history(PERIOD_S)), stop.positions)
+    assert np.all(np.abs(v) <= stop_limits.velocity * (1 + REL_TOL))
+    assert np.all(np.abs(a) <= stop_limits.acceleration * (1 + REL_TOL))
+    assert np.all(np.abs(j) <= stop_limits.jerk * (1 + REL_TOL))
+    assert np.all(np.abs(v[-3:]) <= 1e-9)  # at rest

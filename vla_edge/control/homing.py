@@ -307,6 +307,22 @@ def stop_goal(start: MotionState, steps: int, period_s: float) -> np.ndarray:
     return start.positions + 0.5 * v0 + a0 / 12.0
 
 
+def stop_goal_in_band(
+    start: MotionState, steps: int, period_s: float, limits: CommandLimits
+) -> np.ndarray:
+    """:func:`stop_goal`, drawn back to the soft position band where it would end outside.
+
+    A joint moving towards a bound while still speeding up (at the shaping margin's
+    acceleration, say) has a free-end stop that runs past the bound at every duration
+    whose acceleration and jerk fit; a stop ending on the bound fits. A start already
+    outside the band keeps its side (the goal may stay between the start and the band).
+    """
+    goal = stop_goal(start, steps, period_s)
+    lo = np.minimum(limits.position_lo, start.positions)
+    hi = np.maximum(limits.position_hi, start.positions)
+    return np.clip(goal, lo, hi)
+
+
 def joints_within_bounds(
     samples: np.ndarray, history: np.ndarray, limits: CommandLimits, period_s: float
 ) -> np.ndarray:
@@ -406,7 +422,8 @@ def plan_stop(
     steps = max(1, int(0.5 * float(np.min(estimate_s[moving])) / period_s))
     last = int(MAX_STOP_DURATION_S / period_s)
     while steps <= last and np.any(first < 0):
-        samples = quintic_samples(start, stop_goal(start, steps, period_s), steps, period_s)
+        goal = stop_goal_in_band(start, steps, period_s, bounds)
+        samples = quintic_samples(start, goal, steps, period_s)
         ok = joints_within_bounds(samples, history, bounds, period_s)
         first = np.where((first < 0) & ok, steps, first)
         steps += max(1, steps // 50)
@@ -422,7 +439,8 @@ def plan_stop(
     positions = np.repeat(p0[None, :], total + 1, axis=0)
     for joint, count in enumerate(first):
         if count > 0:
-            column = quintic_samples(start, stop_goal(start, count, period_s), count, period_s)
+            goal = stop_goal_in_band(start, count, period_s, bounds)
+            column = quintic_samples(start, goal, count, period_s)
             positions[: count + 1, joint] = column[:, joint]
             positions[count + 1 :, joint] = column[-1, joint]
     return HomingTrajectory(positions, period_s, stop_steps=total)
