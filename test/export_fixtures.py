@@ -16,10 +16,10 @@ import numpy as np
 import torch
 from policy_synthetic import tiny_config
 
+from vla_edge.archs.bundled.model import VlaPolicy, save_checkpoint
+from vla_edge.archs.bundled.normalize import NormStats
 from vla_edge.cli import main as cli_main
 from vla_edge.core.types import Observation
-from vla_edge.policy.model import VlaPolicy, save_checkpoint
-from vla_edge.policy.normalize import NormStats
 
 CAMERAS = ("agentview", "wrist")
 _CACHE: dict[str, Path] = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vla_edge.policy.config import PolicyConfig
+from vla_edge.archs.bundled.config import PolicyConfig
 
 INSTRUCTIONS = ("put the red block in the bowl", "put the blue block on the plate")
 CAMERAS = ("agentview", "wrist")

@@ -12,11 +12,11 @@ import torch
 from device_clean import no_host_tensors
 from policy_synthetic import tiny_config
 
+from vla_edge.archs.bundled.config import LANGUAGE_DIM, PolicyConfig
+from vla_edge.archs.bundled.model import TRAINED_STAGES, VlaPolicy
+from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 from vla_edge.core.errors import DeviceUnavailableError
 from vla_edge.core.types import Observation
-from vla_edge.policy.config import LANGUAGE_DIM, PolicyConfig
-from vla_edge.policy.model import TRAINED_STAGES, VlaPolicy
-from vla_edge.policy.tokenizer import InstructionTokenizer
 from vla_edge.runners.preprocess import decode_chunk, prefix_inputs, state_input
 from vla_edge.runners.torch_device import place_module
 from vla_edge.runners.torch_runner import TorchRunner

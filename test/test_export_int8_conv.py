@@ -7,10 +7,10 @@ import pytest
 import torch
 from policy_synthetic import tiny_config, write_dataset
 
+from vla_edge.archs.bundled.model import VlaPolicy
 from vla_edge.core.errors import ConfigError
 from vla_edge.export.architecture import stage_programs_of
 from vla_edge.export.executorch_export import export_stage_executorch, quantize_convs_int8
-from vla_edge.policy.model import VlaPolicy
 from vla_edge.sim.frames import calibration_images, expert_observations
 
 torch.set_num_threads(1)

@@ -2,6 +2,7 @@ import torch
 from policy_synthetic import tiny_config
 from torch import nn
 
+from vla_edge.archs.bundled.model import VlaPolicy
 from vla_edge.archs.bundled.stages import example_inputs
 from vla_edge.archs.bundled.xnnpack import ATTENTION_REWRITE, XnnpackAttention
 from vla_edge.export.xnnpack_rewrites import (
@@ -9,7 +10,6 @@ from vla_edge.export.xnnpack_rewrites import (
     XnnpackLayerNorm,
     rewrite_for_xnnpack,
 )
-from vla_edge.policy.model import VlaPolicy
 
 
 def test_rewritten_stages_compute_the_same_outputs_as_the_policy() -> None:

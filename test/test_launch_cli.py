@@ -305,7 +305,7 @@ def test_launch_sim_runs_a_learned_policy_through_the_torch_runner(tmp_path, ros
     import torch
     from policy_synthetic import tiny_config
 
-    from vla_edge.policy.model import VlaPolicy, save_checkpoint
+    from vla_edge.archs.bundled.model import VlaPolicy, save_checkpoint
 
     torch.manual_seed(0)
     checkpoint = tmp_path / "tiny64.pt"

@@ -21,10 +21,10 @@ from openpi_client.websocket_client_policy import WebsocketClientPolicy
 from openpi_fixtures import free_port, make_observation, wait_listening
 from policy_synthetic import tiny_config
 
+from vla_edge.archs.bundled.model import VlaPolicy, save_checkpoint
+from vla_edge.archs.bundled.normalize import NormStats
 from vla_edge.bench.remote_latency import bench_remote
 from vla_edge.core.types import Observation
-from vla_edge.policy.model import VlaPolicy, save_checkpoint
-from vla_edge.policy.normalize import NormStats
 from vla_edge.runners.base import Runner
 from vla_edge.runners.factory import make_runner
 from vla_edge.runners.image_resize import resize_with_pad

@@ -9,8 +9,8 @@ from policy_synthetic import (
     write_dataset,
 )
 
+from vla_edge.archs.bundled.data import ChunkSamples, load_episodes, split_episodes
 from vla_edge.core.errors import DatasetError
-from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
 
 
 def test_episodes_are_read_in_order_with_instruction_and_task(tmp_path) -> None:
@@ -156,14 +156,14 @@ def test_a_malformed_stored_target_is_a_dataset_error_naming_it(
 
 
 def test_training_data_code_does_not_import_the_scene() -> None:
-    """Targets are data: nothing under vla_edge/policy imports vla_edge.sim."""
+    """Targets are data: nothing under vla_edge/archs/bundled imports vla_edge.sim."""
     import ast
     from pathlib import Path
 
-    import vla_edge.policy
+    import vla_edge.archs.bundled
 
     offenders = []
-    for file in sorted(Path(vla_edge.policy.__file__).parent.rglob("*.py")):
+    for file in sorted(Path(vla_edge.archs.bundled.__file__).parent.rglob("*.py")):
         for node in ast.walk(ast.parse(file.read_text())):
             names = []
             if isinstance(node, ast.Import):

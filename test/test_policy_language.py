@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
+from vla_edge.archs.bundled.language import InstructionEmbedder
+from vla_edge.archs.bundled.tokenizer import InstructionTokenizer, minilm_dir
 from vla_edge.core.errors import InstructionRefusedError, InvalidObservationError
-from vla_edge.policy.language import InstructionEmbedder
-from vla_edge.policy.tokenizer import InstructionTokenizer, minilm_dir
 
 torch.set_num_threads(1)
 

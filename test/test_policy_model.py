@@ -3,16 +3,16 @@ import pytest
 import torch
 from policy_synthetic import tiny_config
 
-from vla_edge.core.errors import CheckpointError, ConfigError
-from vla_edge.policy.config import PolicyConfig, TrainFileConfig, load_train_file
-from vla_edge.policy.model import (
+from vla_edge.archs.bundled.config import PolicyConfig, TrainFileConfig, load_train_file
+from vla_edge.archs.bundled.model import (
     VlaPolicy,
     load_checkpoint,
     read_checkpoint,
     save_checkpoint,
     source_hash,
 )
-from vla_edge.policy.normalize import NormStats
+from vla_edge.archs.bundled.normalize import NormStats
+from vla_edge.core.errors import CheckpointError, ConfigError
 
 torch.set_num_threads(1)
 

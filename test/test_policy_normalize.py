@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from vla_edge.archs.bundled.normalize import ActionCodec, NormStats, compute_stats
 from vla_edge.core.errors import ConfigError
-from vla_edge.policy.normalize import ActionCodec, NormStats, compute_stats
 
 DELTA = [True] * 6 + [False]
 

@@ -5,11 +5,11 @@ import pytest
 import torch
 from policy_synthetic import CAMERAS, INSTRUCTIONS, make_episode, tiny_config, write_dataset
 
+from vla_edge.archs.bundled.config import TrainConfig, TrainFileConfig
+from vla_edge.archs.bundled.model import load_checkpoint, read_checkpoint
+from vla_edge.archs.bundled.train import learning_rate_at, train
 from vla_edge.core.errors import CheckpointError, DatasetError
 from vla_edge.core.types import Observation
-from vla_edge.policy.config import TrainConfig, TrainFileConfig
-from vla_edge.policy.model import load_checkpoint, read_checkpoint
-from vla_edge.policy.train import learning_rate_at, train
 from vla_edge.runners.torch_runner import TorchRunner
 
 # training runs: the slow tier (make test-fast leaves them out)
@@ -260,7 +260,7 @@ def test_init_from_starts_from_the_weights_with_a_fresh_schedule(tmp_path, train
 
 
 def test_update_ema_moves_the_average_towards_the_weights_and_copies_buffers() -> None:
-    from vla_edge.policy.train import ema_decay_at, update_ema
+    from vla_edge.archs.bundled.train import ema_decay_at, update_ema
 
     model = torch.nn.BatchNorm1d(3)
     average = torch.nn.BatchNorm1d(3)
@@ -276,8 +276,8 @@ def test_update_ema_moves_the_average_towards_the_weights_and_copies_buffers() -
 
 
 def test_ema_checkpoint_holds_the_average_and_resumes_exactly(tmp_path, trained) -> None:
-    from vla_edge.policy.model import read_checkpoint
-    from vla_edge.policy.train import RAW_WEIGHTS_KEY
+    from vla_edge.archs.bundled.model import read_checkpoint
+    from vla_edge.archs.bundled.train import RAW_WEIGHTS_KEY
 
     _, root, _ = trained
     full, _ = _run_whole_and_resumed(root / "data", tmp_path, ema_decay=0.9)

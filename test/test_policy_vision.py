@@ -4,9 +4,9 @@ import pytest
 import torch
 from policy_synthetic import tiny_config
 
+from vla_edge.archs.bundled.config import PolicyConfig
+from vla_edge.archs.bundled.vision import SpatialSoftmaxKeypoints, VisionEncoder, pixel_coordinates
 from vla_edge.core.errors import ConfigError
-from vla_edge.policy.config import PolicyConfig
-from vla_edge.policy.vision import SpatialSoftmaxKeypoints, VisionEncoder, pixel_coordinates
 
 torch.set_num_threads(1)
 

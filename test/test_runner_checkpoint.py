@@ -11,9 +11,13 @@ import torch
 import yaml
 from policy_synthetic import tiny_config
 
+from vla_edge.archs.bundled.config import (
+    REMOVED_MODEL_FIELDS,
+    REMOVED_TRAIN_FIELDS,
+    load_train_file,
+)
+from vla_edge.archs.bundled.model import VlaPolicy, load_checkpoint, save_checkpoint, weights_hash
 from vla_edge.core.errors import CheckpointError, ConfigError, RemovedFeatureError
-from vla_edge.policy.config import REMOVED_MODEL_FIELDS, REMOVED_TRAIN_FIELDS, load_train_file
-from vla_edge.policy.model import VlaPolicy, load_checkpoint, save_checkpoint, weights_hash
 from vla_edge.runners.factory import BUNDLED_CHECKPOINT, BUNDLED_DIR
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vla_edge.archs.bundled.normalize import ActionCodec, NormStats
+from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 from vla_edge.core.errors import InvalidObservationError, NonFiniteChunkError
 from vla_edge.core.types import Observation
-from vla_edge.policy.normalize import ActionCodec, NormStats
-from vla_edge.policy.tokenizer import InstructionTokenizer
 from vla_edge.runners.base import RunnerSpec
 from vla_edge.runners.preprocess import (
     check_noise,

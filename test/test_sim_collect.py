@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from policy_synthetic import write_dataset
 
+from vla_edge.archs.bundled.data import load_episodes
 from vla_edge.cli import main
 from vla_edge.core.errors import DatasetError
-from vla_edge.policy.data import load_episodes
 from vla_edge.sim.dataset import TARGET_ATTRS, add_targets, demo_files
 from vla_edge.sim.tasks import OBJECTS, get_task, init_state
 

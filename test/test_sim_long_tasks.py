@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 from vla_edge.cli import main as cli_main
 from vla_edge.core.errors import ConfigError, UnknownTaskError
 from vla_edge.core.types import Observation
-from vla_edge.policy.tokenizer import InstructionTokenizer
 from vla_edge.sim.env import TabletopEnv
 from vla_edge.sim.evaluator import EvalSettings, episode_rng, run_episode
 from vla_edge.sim.expert_runner import ExpertRunner

@@ -4,9 +4,9 @@ import h5py
 import numpy as np
 import pytest
 
+from vla_edge.archs.bundled.data import load_episodes
 from vla_edge.cli import main
 from vla_edge.core.types import ActionChunk
-from vla_edge.policy.data import load_episodes
 from vla_edge.runners.base import RunnerSpec
 from vla_edge.sim.collect import rollout_recovery, write_episode
 from vla_edge.sim.env import CAMERAS, JOINT_NAMES, TabletopEnv

@@ -28,6 +28,7 @@ import pytest
 import torch
 from torch import nn
 
+from vla_edge.archs.bundled.normalize import ActionCodec, NormStats
 from vla_edge.archs.normalisation import codec_from_section, mean_std_section
 from vla_edge.core.errors import InvalidObservationError, ManifestMismatchError
 from vla_edge.core.types import Observation
@@ -41,7 +42,6 @@ from vla_edge.export.manifest import (
 )
 from vla_edge.export.pipeline import export_architecture
 from vla_edge.export.stages import StageProgram
-from vla_edge.policy.normalize import ActionCodec, NormStats
 from vla_edge.runners.factory import make_runner
 from vla_edge.runners.onnx_runner import OnnxRunner
 from vla_edge.runners.preprocess import images_input, images_to_nchw
@@ -134,7 +134,7 @@ def _spec(name: str, shape: tuple[int, ...], dtype: str = F32, source: str | Non
 
 def toy_stages(tokenizer_dir: Path) -> list[StageProgram]:
     """The three stages with example inputs (seeded weights)."""
-    from vla_edge.policy.tokenizer import InstructionTokenizer
+    from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 
     torch.manual_seed(0)
     language, fusion, head = Language().eval(), Fusion().eval(), ActionHead().eval()
@@ -243,7 +243,7 @@ def _toy_contract() -> dict[str, Any]:
 
 def copy_tokenizer(out_dir: Path) -> None:
     """The installed MiniLM WordPiece ``tokenizer.json`` into ``out_dir``."""
-    from vla_edge.policy.tokenizer import minilm_dir
+    from vla_edge.archs.bundled.tokenizer import minilm_dir
 
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(minilm_dir() / TOKENIZER_NAME, out_dir / TOKENIZER_NAME)
@@ -270,7 +270,7 @@ def reference_chunk(
     prefix_len: int,
 ) -> np.ndarray:
     """The chunk computed by hand: openpi-style host tensors, eager torch stages, decoding."""
-    from vla_edge.policy.tokenizer import InstructionTokenizer
+    from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 
     language, fusion, head = (s.module for s in stages)
     frames = [

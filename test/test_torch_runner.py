@@ -3,10 +3,10 @@ import pytest
 import torch
 from policy_synthetic import tiny_config
 
+from vla_edge.archs.bundled.model import VlaPolicy, save_checkpoint
+from vla_edge.archs.bundled.normalize import NormStats
 from vla_edge.core.errors import ConfigError, InvalidObservationError, NonFiniteChunkError
 from vla_edge.core.types import Observation
-from vla_edge.policy.model import VlaPolicy, save_checkpoint
-from vla_edge.policy.normalize import NormStats
 from vla_edge.runners import base
 from vla_edge.runners.base import Runner
 from vla_edge.runners.torch_runner import TorchRunner

@@ -40,7 +40,7 @@ _STAT_NAMES = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
 class HostCodec:
     """States and absolute chunks to the model's normalised space and back (float64 maths).
 
-    The same interface as :class:`vla_edge.policy.normalize.ActionCodec`, which
+    The same interface as :class:`vla_edge.archs.bundled.normalize.ActionCodec`, which
     it reproduces bit for bit for ``mean_std`` with ``epsilon = 0``.
     """
 
@@ -224,7 +224,7 @@ def codec_from_section(section: Any, *, state_dim: int | None, action_dim: int |
 def mean_std_section(
     stats: dict[str, list[float]], delta_actions: list[bool], epsilon: float = 0.0
 ) -> dict[str, Any]:
-    """A ``mean_std`` section from :meth:`vla_edge.policy.normalize.NormStats.to_dict` output."""
+    """A ``mean_std`` section from the bundled model's ``NormStats.to_dict`` output."""
     actions: dict[str, Any] = {"mean": stats["action_mean"], "std": stats["action_std"]}
     if "action_low" in stats and "action_high" in stats:
         actions |= {"low": stats["action_low"], "high": stats["action_high"]}

@@ -514,7 +514,7 @@ def measure_bundled(args: argparse.Namespace, device: Any, peaks: dict) -> list[
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from vla_edge.policy.model import load_checkpoint
+    from vla_edge.archs.bundled.model import load_checkpoint
     from vla_edge.runners.factory import BUNDLED_CHECKPOINT
     from vla_edge.runners.torch_device import DTYPES, place_module, weight_bytes
 

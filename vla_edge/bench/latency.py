@@ -188,7 +188,7 @@ def grid_models(
     """Untrained copies of the checkpoint's architecture at ``size`` for each camera count."""
     import torch
 
-    from vla_edge.policy.model import VlaPolicy, save_checkpoint
+    from vla_edge.archs.bundled.model import VlaPolicy, save_checkpoint
 
     models = []
     base = checkpoint_policy.config.model_dump(mode="json")
@@ -310,7 +310,7 @@ def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     """Build the report (see the module docstring)."""
     import torch
 
-    from vla_edge.policy.model import load_checkpoint
+    from vla_edge.archs.bundled.model import load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path
 
     torch.set_num_threads(2)

@@ -122,7 +122,7 @@ def run_parity(args: argparse.Namespace) -> dict[str, Any]:
         )
     import torch
 
-    from vla_edge.policy.model import load_checkpoint, sample_noise
+    from vla_edge.archs.bundled.model import load_checkpoint, sample_noise
     from vla_edge.runners.factory import make_runner, resolve_policy_path
     from vla_edge.runners.torch_runner import TorchRunner
 

@@ -266,9 +266,9 @@ def run_quant(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every variant (see the module docstring) and return the report."""
     import torch
 
+    from vla_edge.archs.bundled.model import load_checkpoint
     from vla_edge.bench.machine import machine_info
     from vla_edge.export.architecture import stage_programs_of
-    from vla_edge.policy.model import load_checkpoint
     from vla_edge.runners.factory import resolve_policy_path
     from vla_edge.runners.parity import export_parity
     from vla_edge.sim.frames import expert_observations

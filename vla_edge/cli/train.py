@@ -1,16 +1,16 @@
 """``vla-edge train``: fit the policy to recorded demonstrations.
 
 ``vla-edge train --data DIR --out CKPT [--config YAML [--stage NAME]] [--steps N] [--resume]``;
-the training is :func:`vla_edge.policy.train.train` (what it does: that module's docstring).
+the training is :func:`vla_edge.archs.bundled.train.train` (what it does: that module's docstring).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from vla_edge.archs.bundled.config import TrainFileConfig, load_train_file
+from vla_edge.archs.bundled.train import train
 from vla_edge.core.errors import ConfigError
-from vla_edge.policy.config import TrainFileConfig, load_train_file
-from vla_edge.policy.train import train
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from vla_edge.archs.bundled.normalize import ActionCodec
 from vla_edge.core.errors import (
     InstructionRefusedError,
     InvalidObservationError,
     NonFiniteChunkError,
 )
 from vla_edge.core.types import Observation
-from vla_edge.policy.normalize import ActionCodec
 from vla_edge.runners.base import RunnerSpec, start_noise
 from vla_edge.runners.image_resize import (
     FIT_MODES,

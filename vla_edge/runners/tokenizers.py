@@ -1,7 +1,7 @@
 r"""The tokenizers an export's manifest declares (``host.token_ids``), in numpy (no torch).
 
 * ``wordpiece`` / prompt ``instruction``: the bundled model's MiniLM tokenizer
-  (:class:`vla_edge.policy.tokenizer.InstructionTokenizer`) over the instruction.
+  (:class:`vla_edge.archs.bundled.tokenizer.InstructionTokenizer`) over the instruction.
 * ``sentencepiece`` / prompt ``pi0`` or ``pi05_state``: openpi's
   ``PaligemmaTokenizer.tokenize`` (``src/openpi/models/tokenizer.py``) with the
   SentencePiece model copied beside the programs:

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vla_edge.archs.bundled.action_head import ActionHead
+from vla_edge.archs.bundled.model import TRAINED_STAGES, VlaPolicy, load_checkpoint
 from vla_edge.archs.bundled.stages import bundled_stage_io
 from vla_edge.config.models import DEFAULT_NOISE_SCALE, MAX_FLOW_STEPS
 from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.export.manifest import StageSpec
-from vla_edge.policy.action_head import ActionHead
-from vla_edge.policy.model import TRAINED_STAGES, VlaPolicy, load_checkpoint
 from vla_edge.runners.base import RunnerSpec, cache_put
 from vla_edge.runners.preprocess import (
     check_noise,
@@ -136,7 +136,7 @@ class TorchRunner:
             image_width=cfg.image_width,
             supports_prefix=True,
         )
-        from vla_edge.policy.tokenizer import InstructionTokenizer
+        from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 
         self._tokenizer = InstructionTokenizer(cfg.max_instruction_tokens)
         self._lang_cache: dict[str, torch.Tensor] = {}

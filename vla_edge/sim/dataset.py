@@ -1,6 +1,6 @@
 """The demonstration files ``vla-edge collect`` writes: finding them, and the probe targets in them.
 
-Training reads them with :func:`vla_edge.policy.data.load_episodes`; the
+Training reads them with :func:`vla_edge.archs.bundled.data.load_episodes`; the
 layout is in docs/INTERFACES.md. Each episode group ``data/demo_<i>`` stores
 its training probes' targets (:mod:`vla_edge.sim.probe_targets`) as attributes::
 
@@ -23,8 +23,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from vla_edge.archs.bundled.data import HDF5_SUFFIXES, demo_files
 from vla_edge.core.errors import DatasetError, InitStateOutOfRangeError, UnknownTaskError
-from vla_edge.policy.data import HDF5_SUFFIXES, demo_files
 from vla_edge.sim.probe_targets import (
     LAYOUT_NAMES,
     ProbeTargets,

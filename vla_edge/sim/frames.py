@@ -23,7 +23,7 @@ from vla_edge.sim.tasks import Split
 if TYPE_CHECKING:
     import torch
 
-    from vla_edge.policy.model import VlaPolicy
+    from vla_edge.archs.bundled.model import VlaPolicy
 
 EXPERT_STEPS_PER_SAMPLE = 4
 """Action steps (``DEFAULT_DT_ACTION_S`` each) the expert drives between two kept observations."""
@@ -72,7 +72,7 @@ def recorded_observations(
     path: Path, cameras: list[str], image_hw: tuple[int, int], action_dim: int, count: int
 ) -> list[tuple[Observation, np.ndarray]]:
     """``count`` (observation, recorded action rows from it) spread over the episodes."""
-    from vla_edge.policy.data import load_episodes
+    from vla_edge.archs.bundled.data import load_episodes
 
     episodes = load_episodes(path, cameras, image_hw, action_dim)
     steps = [(e, k) for e, ep in enumerate(episodes) for k in range(ep.length)]

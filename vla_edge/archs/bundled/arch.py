@@ -9,10 +9,10 @@ ARCHITECTURES = (
         name="bundled",
         title="this package's VLA (MiniLM, ViT, fusion, flow head; vla-edge train)",
         layouts=(Layout("vla_edge", "vla-edge train's checkpoint .pt"),),
-        config="vla_edge.policy.config:PolicyConfig",
-        model="vla_edge.policy.model:VlaPolicy",
+        config="vla_edge.archs.bundled.config:PolicyConfig",
+        model="vla_edge.archs.bundled.model:VlaPolicy",
         stages="vla_edge.archs.bundled.stages:bundled_stage_modules",
-        read_checkpoint="vla_edge.policy.model:load_checkpoint",
+        read_checkpoint="vla_edge.archs.bundled.model:load_checkpoint",
         tokenizer="bundled",
         prompts=(
             PromptFormat(

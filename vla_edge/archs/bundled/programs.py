@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from vla_edge.archs.architecture import ExportHooks
+from vla_edge.archs.bundled.model import VlaPolicy, load_checkpoint
 from vla_edge.archs.bundled.stages import (
     BUNDLED_STAGES,
     BundledStages,
@@ -29,7 +30,6 @@ from vla_edge.archs.bundled.stages import (
 from vla_edge.archs.bundled.xnnpack import ATTENTION_REWRITE
 from vla_edge.archs.host import TOKENIZER_NAME
 from vla_edge.archs.policy_tokenizer import sha256_file
-from vla_edge.policy.model import VlaPolicy, load_checkpoint
 
 LANGUAGE_EXPORTER_REVISION = 4
 """Bumped when the language program changes for the same package versions (a matching one
@@ -71,7 +71,7 @@ def untrained_policy(config_file: str | Path, flow_steps: int | None = None) -> 
     Raises:
         ConfigError: an invalid training file.
     """
-    from vla_edge.policy.config import load_train_file
+    from vla_edge.archs.bundled.config import load_train_file
 
     torch.manual_seed(0)
     policy = VlaPolicy(load_train_file(config_file).model)
@@ -104,7 +104,7 @@ def checkpoint_contract(policy: VlaPolicy, checkpoint: Path | None) -> dict[str,
 
 def tokenizer_files() -> dict[str, Path]:
     """MiniLM's WordPiece tokenizer, copied beside the programs."""
-    from vla_edge.policy.tokenizer import minilm_dir
+    from vla_edge.archs.bundled.tokenizer import minilm_dir
 
     return {TOKENIZER_NAME: minilm_dir() / TOKENIZER_NAME}
 

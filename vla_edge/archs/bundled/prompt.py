@@ -29,7 +29,7 @@ class WordPiecePromptTokenizer:
     per_observation = False
 
     def __init__(self, path: str | Path, max_len: int, prompt: str = PROMPT) -> None:
-        from vla_edge.policy.tokenizer import InstructionTokenizer
+        from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 
         if prompt != PROMPT:
             raise ValueError(f"prompt = {prompt!r}, expected {PROMPT!r}")

@@ -1,6 +1,6 @@
 """The bundled model's export contract: its four stages' tensors, host side, example inputs.
 
-The model itself is :class:`vla_edge.policy.model.VlaPolicy` (``vla-edge train``);
+The model itself is :class:`vla_edge.archs.bundled.model.VlaPolicy` (``vla-edge train``);
 :func:`bundled_stage_io` declares each stage's tensors, :func:`bundled_contract` the rest
 of its manifest, :func:`example_inputs` the inputs its programs are fixed to, and
 :func:`bundled_stage_modules` its stages as one set (the registry's ``stages``), which
@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from vla_edge.archs.bundled.config import LANGUAGE_DIM
+from vla_edge.archs.bundled.model import VlaPolicy
 from vla_edge.archs.host import TOKENIZER_NAME, TensorSpec
 from vla_edge.archs.normalisation import mean_std_section
-from vla_edge.policy.config import LANGUAGE_DIM
-from vla_edge.policy.model import VlaPolicy
 
 EXAMPLE_INSTRUCTION = "put the red block in the bowl"
 BUNDLED_STAGES = ("language_encoder", "vision_encoder", "fusion", "action_head")
@@ -177,7 +177,7 @@ def bundled_contract(policy: VlaPolicy) -> dict[str, Any]:
 
 def example_inputs(policy: VlaPolicy, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
     """Realistic example inputs of every stage (the shapes the programs are fixed to)."""
-    from vla_edge.policy.tokenizer import InstructionTokenizer
+    from vla_edge.archs.bundled.tokenizer import InstructionTokenizer
 
     cfg = policy.config
     gen = torch.Generator().manual_seed(seed)

@@ -1,7 +1,7 @@
 """The bundled model's attention with its heads folded into a 3-D ``bmm`` batch, for XNNPACK.
 
 ExecuTorch 1.5's XNNPACK partitioner does not take the ``expand`` that a 4-D ``matmul``
-decomposes into, so each of :class:`~vla_edge.policy.layers.Attention`'s matmuls would split
+decomposes into, so each of :class:`~vla_edge.archs.bundled.layers.Attention`'s matmuls would split
 a stage into separate delegate calls with a portable kernel in between (the action head:
 123 XNNPACK calls per chunk). :class:`XnnpackAttention` computes the same with the heads
 folded into the batch; :data:`ATTENTION_REWRITE` is what the bundled export hooks hand the
@@ -15,11 +15,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vla_edge.policy.layers import Attention
+from vla_edge.archs.bundled.layers import Attention
 
 
 class XnnpackAttention(nn.Module):
-    """:class:`~vla_edge.policy.layers.Attention` with heads folded into a 3-D ``bmm`` batch.
+    """:class:`~vla_edge.archs.bundled.layers.Attention` with heads folded into a 3-D ``bmm`` batch.
 
     Keys and values from :meth:`keys_values` are ``[B * heads, T, D / heads]``;
     :meth:`attend` takes them in that layout (as the policy's blocks pass them on).

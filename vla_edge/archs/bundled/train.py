@@ -37,10 +37,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from vla_edge.core.errors import CheckpointError
-from vla_edge.policy.config import PolicyConfig, TrainConfig, TrainFileConfig
-from vla_edge.policy.data import ChunkSamples, load_episodes, split_episodes
-from vla_edge.policy.model import (
+from vla_edge.archs.bundled.config import PolicyConfig, TrainConfig, TrainFileConfig
+from vla_edge.archs.bundled.data import ChunkSamples, load_episodes, split_episodes
+from vla_edge.archs.bundled.model import (
     VlaPolicy,
     checkpoint_configs,
     checkpoint_stats,
@@ -48,14 +47,15 @@ from vla_edge.policy.model import (
     read_checkpoint,
     save_checkpoint,
 )
-from vla_edge.policy.normalize import ActionCodec, compute_stats
+from vla_edge.archs.bundled.normalize import ActionCodec, compute_stats
+from vla_edge.core.errors import CheckpointError
 
 VAL_SEED_OFFSET = 7919
 
 
 def embed_instructions(instructions: list[str], max_tokens: int) -> torch.Tensor:
     """``[n, 384]`` frozen-MiniLM embeddings, row ``i`` that of ``instructions[i]``."""
-    from vla_edge.policy.language import InstructionEmbedder
+    from vla_edge.archs.bundled.language import InstructionEmbedder
 
     embedder = InstructionEmbedder(max_tokens)
     return torch.cat([embedder(text) for text in instructions], dim=0)

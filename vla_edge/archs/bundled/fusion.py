@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vla_edge.policy.config import LANGUAGE_DIM, PolicyConfig
-from vla_edge.policy.layers import SelfAttentionBlock, cast
+from vla_edge.archs.bundled.config import LANGUAGE_DIM, PolicyConfig
+from vla_edge.archs.bundled.layers import SelfAttentionBlock, cast
 
 
 class Fusion(nn.Module):

@@ -37,12 +37,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from vla_edge.archs.bundled.action_head import ActionHead
+from vla_edge.archs.bundled.config import (
+    PolicyConfig,
+    policy_config_from_dict,
+    train_config_from_dict,
+)
+from vla_edge.archs.bundled.fusion import Fusion
+from vla_edge.archs.bundled.normalize import ActionCodec, NormStats
+from vla_edge.archs.bundled.vision import VisionEncoder
 from vla_edge.core.errors import CheckpointError, ConfigError, RemovedFeatureError
-from vla_edge.policy.action_head import ActionHead
-from vla_edge.policy.config import PolicyConfig, policy_config_from_dict, train_config_from_dict
-from vla_edge.policy.fusion import Fusion
-from vla_edge.policy.normalize import ActionCodec, NormStats
-from vla_edge.policy.vision import VisionEncoder
 
 CHECKPOINT_FORMAT = "vla_edge.policy.v1"
 STAGE_NAMES = ("language_encoder", "vision_encoder", "fusion", "action_head")
@@ -109,7 +113,7 @@ class VlaPolicy(nn.Module):
     def ensure_language_encoder(self) -> nn.Module:
         """Load the frozen MiniLM stage on first use and return it."""
         if self.language_encoder is None:
-            from vla_edge.policy.language import LanguageEncoder
+            from vla_edge.archs.bundled.language import LanguageEncoder
 
             self.language_encoder = LanguageEncoder()
         return self.language_encoder
@@ -209,7 +213,7 @@ def checkpoint_configs(
     """A raw checkpoint's model config and training config, removed fields dropped.
 
     A field of a removed feature that holds the value the code now hard-wires is
-    dropped (:func:`vla_edge.policy.config.drop_removed_fields`), so checkpoints
+    dropped (:func:`vla_edge.archs.bundled.config.drop_removed_fields`), so checkpoints
     written before the removal load unchanged.
 
     Raises:

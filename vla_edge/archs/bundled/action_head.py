@@ -27,8 +27,8 @@ import math
 import torch
 from torch import nn
 
-from vla_edge.policy.config import PolicyConfig
-from vla_edge.policy.layers import CrossAttentionBlock, cast
+from vla_edge.archs.bundled.config import PolicyConfig
+from vla_edge.archs.bundled.layers import CrossAttentionBlock, cast
 
 
 def time_embedding(tau: torch.Tensor, dim: int) -> torch.Tensor:

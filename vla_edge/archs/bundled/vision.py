@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from vla_edge.policy.config import PolicyConfig
-from vla_edge.policy.layers import cast
+from vla_edge.archs.bundled.config import PolicyConfig
+from vla_edge.archs.bundled.layers import cast
 
 
 def _norm(channels: int) -> nn.GroupNorm:

@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from vla_edge.policy.config import LANGUAGE_DIM
-from vla_edge.policy.layers import cast
-from vla_edge.policy.tokenizer import InstructionTokenizer, minilm_dir
+from vla_edge.archs.bundled.config import LANGUAGE_DIM
+from vla_edge.archs.bundled.layers import cast
+from vla_edge.archs.bundled.tokenizer import InstructionTokenizer, minilm_dir
 
 
 def padding_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -33,7 +33,7 @@ class PolicyConfig(_Strict):
     ``delta_actions[j]`` true means dimension ``j`` of an action chunk is
     predicted relative to the current state (``action - state[j]``) before
     normalisation; false means absolute. Runners and exporters apply the same
-    transform through :class:`vla_edge.policy.normalize.ActionCodec`.
+    transform through :class:`vla_edge.archs.bundled.normalize.ActionCodec`.
     """
 
     joint_names: list[str] = Field(default_factory=lambda: list(DEFAULT_JOINT_NAMES), min_length=1)

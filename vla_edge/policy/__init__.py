@@ -1,1 +1,0 @@
-"""The VLA policy: encoders, fusion, flow-matching action head, training."""
