@@ -6,7 +6,8 @@ end exactly at home, and their finite differences at the control rate (the two
 commands before included, three ticks of holding after) keep every joint's
 velocity, acceleration and jerk under ``home_limit_margin`` x the limits; the
 real safety limiter passes them unchanged. Moving starts stop first inside the
-limits. The :class:`Homing` follower's phases, the named errors, and what the
+limits (those of the controller's command, see test_control_homing_stop.py). The
+:class:`Homing` follower's phases, the named errors, and what the
 controller knows of the safety node's stop.
 """
 
@@ -36,8 +37,8 @@ from vla_edge.control.homing import (
     homing_limits_for,
     plan_homing,
     plan_stop,
-    stop_goal,
 )
+from vla_edge.control.jerk_stop import jerk_limited_stop
 from vla_edge.safety import Limiter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,16 +182,25 @@ def test_a_moving_start_stops_inside_the_limits_then_homes_inside_the_margin(
     assert np.all(np.abs(j) <= MARGIN * JERK * (1 + REL_TOL))
 
 
-def test_a_stop_from_motion_comes_to_rest_where_its_velocity_carries_it():
+def test_a_stop_from_motion_with_room_brakes_at_the_homing_margin_and_ends_in_closed_form():
     p0 = pose([0.5] * 7)
     velocity = 0.5 * LIMITS.home.velocity
     state = MotionState.from_commands(_commands_with(velocity, np.zeros(7), p0), PERIOD_S)
     stop = plan_stop(state, LIMITS, PERIOD_S)
-    travel = stop.goal - p0
-    assert np.all(np.sign(travel) == np.sign(velocity))  # no reversal
-    # each joint stops on its own: the quartic over its D ends at p + v D / 2
-    ticks = travel / (velocity / 2) / PERIOD_S
-    assert np.allclose(ticks, np.round(ticks)) and np.max(np.round(ticks)) == stop.steps
+    # each joint: the shortest jerk-limited stop at home_limit_margin's bounds (the
+    # gentlest level), from constant velocity v: v^2 / (2 A) + v A / (2 J) when it holds A
+    expected = [
+        jerk_limited_stop(p0[i], velocity[i], 0.0, LIMITS.home.acceleration[i], LIMITS.home.jerk[i])
+        for i in range(7)
+    ]
+    a, j = LIMITS.home.acceleration, LIMITS.home.jerk
+    assert np.all(velocity > a * a / j)  # the profile holds the braking bound
+    textbook = velocity**2 / (2 * a) + velocity * a / (2 * j)
+    assert np.allclose(stop.goal - p0, textbook, rtol=1e-9, atol=0)
+    assert np.allclose(stop.goal, [e.end_position for e in expected], rtol=0, atol=1e-10)
+    assert stop.steps == max(int(np.ceil(e.duration_s / PERIOD_S)) for e in expected)
+    travel = np.diff(stop.positions, axis=0)
+    assert np.all(travel * np.sign(velocity) >= -1e-15)  # no reversal
     v, _, _ = derivatives(
         np.stack([p0 - 2 * velocity * PERIOD_S, p0 - velocity * PERIOD_S]), stop.positions
     )
@@ -354,21 +364,27 @@ def test_a_category_1_status_or_a_silent_safety_node_is_a_stop():
 
 
 def test_a_joint_speeding_towards_its_bound_stops_on_the_bound_inside_the_limits():
-    """The gripper closing at the shaping margin's acceleration near its closed bound: every
-    free-end stop whose acceleration and jerk fit runs past the bound, so the stop ends on it
-    (seen in the graph: a reset refused as 'no stop within 5.0 s')."""
+    """The gripper closing at the shaping margin's acceleration near its closed bound: the
+    gentle stop (home_limit_margin) would run past the bound, so it brakes harder, just
+    enough to end on it (seen in the graph: a reset refused as 'no stop within 5.0 s')."""
     stop_limits = LIMITS.stop
     velocity, acceleration = np.zeros(7), np.zeros(7)
-    velocity[-1] = -0.8 * stop_limits.velocity[-1]
-    acceleration[-1] = -0.9 * stop_limits.acceleration[-1]
+    velocity[-1] = -0.8 * ARRAYS.velocity_limit_per_s[-1]
+    acceleration[-1] = -stop_limits.acceleration[-1]
     p0 = pose([0.5] * 7)
-    p0[-1] = LO[-1] + 0.7 * (HI[-1] - LO[-1])
+    p0[-1] = LO[-1] + 0.5 * (HI[-1] - LO[-1])
     state = MotionState.from_commands(_commands_with(velocity, acceleration, p0), PERIOD_S)
-    free_ends = [stop_goal(state, steps, PERIOD_S)[-1] for steps in range(1, 501)]
-    assert min(free_ends) < LO[-1]  # the free-end stop would cross the bound
+    gentle = jerk_limited_stop(
+        p0[-1],
+        velocity[-1] + 0.5 * acceleration[-1] * PERIOD_S,
+        acceleration[-1],
+        LIMITS.home.acceleration[-1],
+        LIMITS.home.jerk[-1],
+    )
+    assert gentle.end_position < LO[-1]  # the gentle stop would cross the bound
     stop = plan_stop(state, LIMITS, PERIOD_S, NAMES)
     gripper = stop.positions[:, -1]
-    assert gripper.min() >= LO[-1] - 1e-12 and np.isclose(gripper[-1], LO[-1])
+    assert gripper.min() >= LO[-1] and np.isclose(gripper[-1], LO[-1], rtol=0, atol=1e-9)
     v, a, j = derivatives(np.stack(state.history(PERIOD_S)), stop.positions)
     assert np.all(np.abs(v) <= stop_limits.velocity * (1 + REL_TOL))
     assert np.all(np.abs(a) <= stop_limits.acceleration * (1 + REL_TOL))

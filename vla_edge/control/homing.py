@@ -15,10 +15,20 @@ executes a goal from the current state):
   distance ``d`` the peaks are ``1.875 d / D``, ``5.77 d / D^2`` and
   ``60 d / D^3``, which gives the duration ``D`` directly; the samples are
   checked all the same.
-* **from motion** (the arm was following chunks): first a minimum-jerk stop
-  (the free-end quartic, which ends where the velocity and acceleration it
-  starts with carry it) inside the safety node's own limits, then the quintic
-  from rest.
+* **from motion** (the arm was following chunks): first each joint's shortest
+  jerk-limited stop (:mod:`vla_edge.control.jerk_stop`: the acceleration to the
+  braking bound, a hold, a release that brings velocity and acceleration to zero
+  together), then the quintic from rest. The stop brakes at ``home_limit_margin``
+  of the safety node's acceleration and jerk where that fits, if need be with
+  a lead: its first command steps the acceleration by a whole tick's jerk (the
+  sampled profile alone brakes most of a tick later). Where it would still pass
+  a soft position bound (or the velocity bound) it brakes harder, up to
+  ``command_limit_margin`` of the limits (the bounds the controller's command
+  already keeps, so the start is inside them), only as much harder as it takes
+  to end on the bound. A joint that cannot stop even then is refused by name,
+  with the distance its shortest stop needs and the room it has. The samples
+  of a profile continuous in acceleration keep its bounds in finite
+  differences; they are checked all the same.
 
 The commands are the samples themselves, one per tick, never a clock lookup:
 the safety node sees exactly the planned finite differences even when a tick
@@ -28,7 +38,7 @@ comes late.
 trajectory, then waiting until the measured positions are within
 ``home_tolerance`` of the home pose); ``done`` (homed, until a new chunk is
 accepted: ``idle`` again). An abort (a stop of the safety node, joint states
-lost) ends ``moving`` with a minimum-jerk stop from wherever the arm is.
+lost) ends ``moving`` with a jerk-limited stop from wherever the arm is.
 
 :class:`SafetyStopView` is what the controller knows of the safety node's stop
 (from ``estop`` and the safety node's ``/diagnostics`` status), to refuse or
@@ -45,6 +55,7 @@ from enum import StrEnum
 import numpy as np
 
 from vla_edge.config.models import ControllerConfig, SafetyConfig
+from vla_edge.control.jerk_stop import JerkStop, jerk_limited_stop
 from vla_edge.control.shaping import CommandLimits, load_safety_config
 from vla_edge.core.errors import VlaEdgeError
 from vla_edge.core.stop import StopCategory
@@ -56,6 +67,10 @@ QUINTIC_PEAK_JERK = 60.0
 # The longest homing (and stop) planned; a longer one is refused.
 MAX_HOMING_DURATION_S = 60.0
 MAX_STOP_DURATION_S = 5.0
+# Bisections of the braking level between the gentle stop and the hardest, and the
+# levels tried evenly above the one found should its samples not fit.
+STOP_LEVELS = 8
+STOP_BISECTIONS = 24
 # Below these the start counts as at rest (the last commands were equal to rounding).
 REST_VELOCITY = 1e-9
 REST_ACCELERATION = 1e-6
@@ -99,16 +114,35 @@ class HomingInfeasibleError(HomingError):
     """No trajectory within the longest duration keeps the bounds."""
 
 
+class StopInfeasibleError(HomingInfeasibleError):
+    """A moving joint cannot come to rest inside the stop bounds (names the joint and why).
+
+    Attributes:
+        joint: the joint's name.
+        travel: the signed distance its shortest stop inside the stop bounds needs
+            (towards the soft position bound it passes, if it passes one).
+        room: the signed distance from the start to that bound.
+    """
+
+    def __init__(self, message: str, joint: str, travel: float, room: float) -> None:
+        super().__init__(message)
+        self.joint = joint
+        self.travel = travel
+        self.room = room
+
+
 # --- limits ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class HomingLimits:
-    """The bounds of a homing: its own (with the margin) and the safety node's (for stops).
+    """The bounds of a homing: its own (with the margin) and the hardest stop's.
 
     Attributes:
-        home: bounds of the move to the home pose (``home_limit_margin`` of the limits).
-        stop: bounds of a stop from motion (the safety node's limits themselves).
+        home: bounds of the move to the home pose (``home_limit_margin`` of the
+            limits); a stop from motion brakes at these where it fits.
+        stop: the bounds no stop from motion exceeds (the controller's
+            ``command_limit_margin`` of the limits: the moving start keeps them).
     """
 
     home: CommandLimits
@@ -116,22 +150,36 @@ class HomingLimits:
 
     @classmethod
     def from_safety(
-        cls, safety: SafetyConfig, margin: float, joint_names: Sequence[str]
+        cls,
+        safety: SafetyConfig,
+        margin: float,
+        joint_names: Sequence[str],
+        stop_margin: float = 1.0,
     ) -> HomingLimits:
-        """``margin`` of the limits of ``safety`` (and the limits themselves) for ``joint_names``.
+        """``margin`` (homing) and ``stop_margin`` (stops) of the limits of ``safety``.
 
         Raises:
-            ConfigError: the safety configuration lacks one of ``joint_names``.
+            ConfigError: the safety configuration lacks one of ``joint_names``, or a
+                margin is not in ``(0, 1]``.
         """
         return cls(
             home=CommandLimits.from_safety(safety, margin, joint_names),
-            stop=CommandLimits.from_safety(safety, 1.0, joint_names),
+            stop=CommandLimits.from_safety(safety, stop_margin, joint_names),
         )
 
 
 def homing_limits_for(config: ControllerConfig, safety: SafetyConfig) -> HomingLimits:
-    """The bounds the controller ``config`` homes within, given the safety node's configuration."""
-    return HomingLimits.from_safety(safety, config.home_limit_margin, config.joint_names)
+    """The bounds the controller ``config`` homes within, given the safety node's configuration.
+
+    Stops keep ``command_limit_margin`` of the limits (the safety node's limits
+    themselves when it is 0: the command is unshaped).
+    """
+    return HomingLimits.from_safety(
+        safety,
+        config.home_limit_margin,
+        config.joint_names,
+        stop_margin=config.command_limit_margin or 1.0,
+    )
 
 
 def load_homing_limits(config: ControllerConfig) -> HomingLimits:
@@ -294,35 +342,6 @@ def quintic_samples(
     return samples
 
 
-def stop_goal(start: MotionState, steps: int, period_s: float) -> np.ndarray:
-    """Where the minimum-jerk stop of ``steps`` ticks from ``start`` comes to rest.
-
-    Minimum jerk with a free end position ends with zero fifth derivative: the
-    quintic is a quartic, and its end is ``p + V/2 + A/12`` with ``V``, ``A`` the
-    start velocity and acceleration scaled by the duration.
-    """
-    duration_s = steps * period_s
-    v0 = (start.velocities + 0.5 * start.accelerations * period_s) * duration_s
-    a0 = start.accelerations * duration_s * duration_s
-    return start.positions + 0.5 * v0 + a0 / 12.0
-
-
-def stop_goal_in_band(
-    start: MotionState, steps: int, period_s: float, limits: CommandLimits
-) -> np.ndarray:
-    """:func:`stop_goal`, drawn back to the soft position band where it would end outside.
-
-    A joint moving towards a bound while still speeding up (at the shaping margin's
-    acceleration, say) has a free-end stop that runs past the bound at every duration
-    whose acceleration and jerk fit; a stop ending on the bound fits. A start already
-    outside the band keeps its side (the goal may stay between the start and the band).
-    """
-    goal = stop_goal(start, steps, period_s)
-    lo = np.minimum(limits.position_lo, start.positions)
-    hi = np.maximum(limits.position_hi, start.positions)
-    return np.clip(goal, lo, hi)
-
-
 def joints_within_bounds(
     samples: np.ndarray, history: np.ndarray, limits: CommandLimits, period_s: float
 ) -> np.ndarray:
@@ -392,20 +411,200 @@ def _search_steps(
     return None
 
 
+def _joint_limits(limits: CommandLimits, joint: int) -> CommandLimits:
+    """The bounds of one joint, as one-entry arrays."""
+    pick = slice(joint, joint + 1)
+    return CommandLimits(
+        velocity=limits.velocity[pick],
+        acceleration=limits.acceleration[pick],
+        jerk=limits.jerk[pick],
+        position_lo=limits.position_lo[pick],
+        position_hi=limits.position_hi[pick],
+    )
+
+
+@dataclass(frozen=True)
+class _JointStopPlanner:
+    """One moving joint's stop, braking at a level between the gentle and the hardest bounds.
+
+    Level 0 brakes at the homing's own acceleration and jerk bounds (``home``),
+    level 1 at the stop bounds (``stop``); levels between interpolate both.
+
+    A sampled profile starts its jerk at the start, where the commands can
+    change their acceleration by a whole tick's jerk at once (the profile's
+    first sample changes it by a sixth of that). With ``lead`` the first
+    command takes that whole step (towards the profile's first phase, not past
+    its end) and the profile starts from there: the stop brakes a tick sooner
+    (a start at the speed bound still accelerating, as the command shaper
+    leaves it, needs that).
+    """
+
+    position: float
+    velocity: float
+    acceleration: float
+    history: np.ndarray
+    bounds: CommandLimits
+    gentle_acceleration: float
+    gentle_jerk: float
+    period_s: float
+
+    def profile(self, level: float, lead: bool) -> tuple[JerkStop, list[float]]:
+        """The shortest stop at braking ``level``, after the led command (if any)."""
+        hard_a, hard_j = float(self.bounds.acceleration[0]), float(self.bounds.jerk[0])
+        acceleration = self.gentle_acceleration + level * (hard_a - self.gentle_acceleration)
+        jerk = self.gentle_jerk + level * (hard_j - self.gentle_jerk)
+        stop = jerk_limited_stop(
+            self.position, self.velocity, self.acceleration, acceleration, jerk
+        )
+        if not lead:
+            return stop, []
+        t = self.period_s
+        a1 = self.acceleration + stop.jerks[0] * min(t, stop.durations_s[0])
+        v1 = self.commanded_velocity + a1 * t
+        p1 = self.position + v1 * t
+        return jerk_limited_stop(p1, v1 + 0.5 * a1 * t, a1, acceleration, jerk), [p1]
+
+    def column(self, level: float, lead: bool) -> np.ndarray | None:
+        """``[steps + 1]`` samples of the stop at ``level``; ``None`` if they leave the bounds."""
+        column = self.samples(level, lead)
+        if column is None:
+            return None
+        ok = joints_within_bounds(
+            column[:, None], self.history[:, None], self.bounds, self.period_s
+        )
+        return column if bool(ok[0]) else None
+
+    def samples(self, level: float, lead: bool) -> np.ndarray | None:
+        """The stop's samples, unchecked; ``None`` if it takes too long."""
+        stop, led = self.profile(level, lead)
+        if not stop.duration_s <= MAX_STOP_DURATION_S:
+            return None
+        steps = max(1, math.ceil(stop.duration_s / self.period_s))
+        tail = stop.positions_at(np.arange(steps + 1, dtype=np.float64) * self.period_s)
+        return np.concatenate([[self.position], led, tail[1:]])
+
+    def fits_in_closed_form(self, level: float, lead: bool) -> bool:
+        """Whether the stop at ``level`` keeps the speed bound and ends inside the band.
+
+        The continuous profile's own figures (and the led command's), cheap: the
+        level is searched on them.
+        """
+        stop, led = self.profile(level, lead)
+        lo = min(float(self.bounds.position_lo[0]), self.position)
+        hi = max(float(self.bounds.position_hi[0]), self.position)
+        speed = float(self.bounds.velocity[0]) * (1.0 + BOUND_SLACK)
+        return (
+            stop.duration_s <= MAX_STOP_DURATION_S
+            and stop.peak_speed <= speed
+            and all(abs(p - self.position) <= speed * self.period_s for p in led)
+            and all(lo <= p <= hi for p in led)
+            and lo <= stop.end_position <= hi
+        )
+
+    def gentlest(self) -> np.ndarray | None:
+        """The samples of the gentlest stop that keeps the bounds; ``None`` if none does.
+
+        Level 0 if it fits (without the lead, then with it); else, without the
+        lead and then with it, the level where the stop's closed form just keeps
+        the speed bound and the band (bisected: a stop limited by a position
+        bound ends on it), its samples checked; should they not fit (a start that
+        turns back first), evenly harder levels up to 1.
+        """
+        for lead in (False, True):
+            fits = self.column(0.0, lead)
+            if fits is not None:
+                return fits
+        for lead in (False, True):
+            failed, good = 0.0, 1.0
+            for _ in range(STOP_BISECTIONS):
+                middle = 0.5 * (failed + good)
+                if self.fits_in_closed_form(middle, lead):
+                    good = middle
+                else:
+                    failed = middle
+            for level in np.linspace(good, 1.0, STOP_LEVELS + 1):
+                fits = self.column(float(level), lead)
+                if fits is not None:
+                    return fits
+        return None
+
+    def refusal(self, name: str) -> StopInfeasibleError:
+        """Why even the hardest stop leaves the bounds: what it needs against what there is."""
+        p0 = self.position
+        lo = min(float(self.bounds.position_lo[0]), p0)
+        hi = max(float(self.bounds.position_hi[0]), p0)
+        hardest, led = self.profile(1.0, lead=True)
+        steps = max(1, math.ceil(min(hardest.duration_s, MAX_STOP_DURATION_S) / self.period_s))
+        tail = hardest.positions_at(np.arange(steps + 1, dtype=np.float64) * self.period_s)
+        column = np.concatenate([[p0], led, tail[1:]])
+        stream = np.concatenate([self.history, column, np.repeat(column[-1], 3)])
+        v = np.diff(stream) / self.period_s
+        a = np.diff(v) / self.period_s
+        j = np.diff(a) / self.period_s
+        travel = float(column[-1]) - p0
+        room = (hi if travel > 0.0 else lo) - p0
+        slack = 1.0 + BOUND_SLACK
+        if float(np.max(column)) > hi or float(np.min(column)) < lo:
+            upper = float(np.max(column)) > hi
+            side, bound = ("upper", hi) if upper else ("lower", lo)
+            travel = (float(np.max(column)) if upper else float(np.min(column))) - p0
+            room = bound - p0
+            why = (
+                f"its shortest stop needs {abs(travel):.4g} towards the {side} soft bound "
+                f"{bound:.4g}, {abs(room):.4g} away"
+            )
+        elif not hardest.duration_s <= MAX_STOP_DURATION_S:
+            why = f"its shortest stop takes {hardest.duration_s:.3g} s > {MAX_STOP_DURATION_S} s"
+        elif float(np.max(np.abs(v))) > float(self.bounds.velocity[0]) * slack:
+            why = (
+                f"its shortest stop reaches the speed {float(np.max(np.abs(v))):.4g}, above "
+                f"the stop bound {float(self.bounds.velocity[0]):.4g}"
+            )
+        elif float(np.max(np.abs(a))) > float(self.bounds.acceleration[0]) * slack:
+            why = (
+                f"its acceleration {float(np.max(np.abs(a))):.4g} is above the stop bound "
+                f"{float(self.bounds.acceleration[0]):.4g}"
+            )
+        else:
+            why = (
+                f"its jerk {float(np.max(np.abs(j))):.4g} is above the stop bound "
+                f"{float(self.bounds.jerk[0]):.4g}"
+            )
+        return StopInfeasibleError(
+            f"{name} has no stop inside the stop bounds (command_limit_margin of the safety "
+            f"node's limits) from velocity {self.commanded_velocity:.4g} and acceleration "
+            f"{self.acceleration:.4g} at {p0:.4g}: {why}; home again once the arm holds",
+            joint=name,
+            travel=travel,
+            room=room,
+        )
+
+    @property
+    def commanded_velocity(self) -> float:
+        """The last commanded (finite-difference) velocity."""
+        return float((self.position - self.history[-1]) / self.period_s)
+
+
 def plan_stop(
     start: MotionState,
     limits: HomingLimits,
     period_s: float,
     joint_names: Sequence[str] | None = None,
 ) -> HomingTrajectory:
-    """The shortest minimum-jerk stop of each joint from ``start``, inside the safety node's limits.
+    """Each moving joint's jerk-limited stop from ``start`` (module docstring), then it holds.
 
-    Each joint stops on its own (a controlled stop, not a synchronised move):
-    the first duration whose samples keep that joint's bounds, then it holds.
+    Each joint stops on its own (a controlled stop, not a synchronised move) at
+    the gentlest braking level whose samples keep the stop bounds, the two
+    commands before and three ticks of holding after included
+    (:func:`joints_within_bounds`); the trajectory lasts as long as the longest.
+    The start's continuous velocity is ``v + a T / 2`` (the backward difference
+    is the velocity half a tick earlier), so the stream continues the commands
+    before it with their acceleration.
 
     Raises:
-        HomingInfeasibleError: a joint has no stop within :data:`MAX_STOP_DURATION_S`
-            (moving fast close to a position bound).
+        StopInfeasibleError: a joint cannot stop inside the stop bounds (moving
+            fast close to a position bound): names it, the distance its
+            shortest stop needs and the room to the bound.
     """
     p0 = start.positions
     moving = (np.abs(start.velocities) > REST_VELOCITY) | (
@@ -413,36 +612,33 @@ def plan_stop(
     )
     if not np.any(moving):
         return HomingTrajectory(p0[None, :].copy(), period_s)
-    bounds = limits.stop
     history = start.history(period_s)
-    speed = np.abs(start.velocities) + np.abs(start.accelerations) * period_s
-    # a stop from speed V peaks 1.5 V / D (acceleration) and 6 V / D^2 (jerk)
-    estimate_s = np.maximum(1.5 * speed / bounds.acceleration, np.sqrt(6.0 * speed / bounds.jerk))
-    first = np.where(moving, -1, 0)
-    steps = max(1, int(0.5 * float(np.min(estimate_s[moving])) / period_s))
-    last = int(MAX_STOP_DURATION_S / period_s)
-    while steps <= last and np.any(first < 0):
-        goal = stop_goal_in_band(start, steps, period_s, bounds)
-        samples = quintic_samples(start, goal, steps, period_s)
-        ok = joints_within_bounds(samples, history, bounds, period_s)
-        first = np.where((first < 0) & ok, steps, first)
-        steps += max(1, steps // 50)
-    if np.any(first < 0):
-        joint = int(np.flatnonzero(first < 0)[0])
-        name = joint_names[joint] if joint_names is not None else f"joint {joint}"
-        raise HomingInfeasibleError(
-            f"{name} has no stop within {MAX_STOP_DURATION_S} s inside the safety node's "
-            f"limits from velocity {start.velocities[joint]:.4g} and acceleration "
-            f"{start.accelerations[joint]:.4g} at {p0[joint]:.4g}: home again once the arm holds"
+    velocity = start.velocities + 0.5 * start.accelerations * period_s
+    columns: dict[int, np.ndarray] = {}
+    for joint in np.flatnonzero(moving):
+        joint = int(joint)
+        planner = _JointStopPlanner(
+            position=float(p0[joint]),
+            velocity=float(velocity[joint]),
+            acceleration=float(start.accelerations[joint]),
+            history=history[:, joint],
+            bounds=_joint_limits(limits.stop, joint),
+            gentle_acceleration=float(
+                min(limits.home.acceleration[joint], limits.stop.acceleration[joint])
+            ),
+            gentle_jerk=float(min(limits.home.jerk[joint], limits.stop.jerk[joint])),
+            period_s=period_s,
         )
-    total = int(np.max(first))
+        column = planner.gentlest()
+        if column is None:
+            name = joint_names[joint] if joint_names is not None else f"joint {joint}"
+            raise planner.refusal(name)
+        columns[joint] = column
+    total = max(len(column) - 1 for column in columns.values())
     positions = np.repeat(p0[None, :], total + 1, axis=0)
-    for joint, count in enumerate(first):
-        if count > 0:
-            goal = stop_goal_in_band(start, count, period_s, bounds)
-            column = quintic_samples(start, goal, count, period_s)
-            positions[: count + 1, joint] = column[:, joint]
-            positions[count + 1 :, joint] = column[-1, joint]
+    for joint, column in columns.items():
+        positions[: len(column), joint] = column
+        positions[len(column) :, joint] = column[-1]
     return HomingTrajectory(positions, period_s, stop_steps=total)
 
 
@@ -632,7 +828,7 @@ class Homing:
             self.last_result = f"failed: {why} {self.settle_timeout_s} s after the trajectory ended"
 
     def abort(self, reason: str, state: MotionState) -> None:
-        """End ``moving``: a minimum-jerk stop from ``state`` replaces the rest of the trajectory.
+        """End ``moving``: a jerk-limited stop from ``state`` replaces the rest of the trajectory.
 
         Nothing happens outside ``moving``. If no stop keeps the limits the
         trajectory simply ends (the caller holds at the last command).

@@ -34,9 +34,10 @@ Refused (``success: false`` and why) before the first joint state, while the
 watchdog finds the joint states (or the control loop) lost, while the safety
 node holds a category-1/0 stop (``estop`` at once; its ``/diagnostics`` status,
 once a second) and without a home pose. Joint states lost or a safety stop
-during the move abort it with a minimum-jerk stop. An expired ``chunk`` or
-``observation`` heartbeat does not refuse homing: the policy is idle, which is
-when one homes. ``/diagnostics`` carries ``homing`` (idle / moving / done),
+during the move abort it with a jerk-limited stop
+(:mod:`vla_edge.control.jerk_stop`). An expired ``chunk`` or ``observation``
+heartbeat does not refuse homing: the policy is idle, which is when one homes.
+``/diagnostics`` carries ``homing`` (idle / moving / done),
 ``homing.remaining_s`` and ``homing.last_result``.
 """
 
