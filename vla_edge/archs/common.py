@@ -15,6 +15,7 @@
   initialisers' draws (its memory allocated but not written, so not resident) and filled
   one tensor at a time from a file, all of it or one part (a stage): a full-size model is
   never held twice, and a process exporting one stage holds only that stage's weights.
+* :func:`count_parameters`: a model's size, as the published parameter counts are stated.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from vla_edge.core.errors import CheckpointError, CheckpointKeysError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -372,6 +376,11 @@ def load_tensors_into(
     return len(target)
 
 
+def count_parameters(model: nn.Module) -> int:
+    """Distinct parameters of ``model`` (``parameters()`` yields a shared or tied one once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
 def copy_weights(
     checkpoint: Checkpoint, dst: Path, metadata: Mapping[str, str] | None = None
 ) -> None:
@@ -392,6 +401,7 @@ __all__ = [
     "compare_keys",
     "copy_tensors",
     "copy_weights",
+    "count_parameters",
     "load_state_strictly",
     "load_tensors_into",
     "policy_weights_path",

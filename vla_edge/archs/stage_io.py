@@ -4,21 +4,23 @@ An architecture's ``stages`` module splits one model into ``vision_encoder``, ``
 and ``action_head`` (:data:`STAGE_NAMES`), fed by the host's tensors (:data:`HOST_INPUTS`).
 The pieces here are the same for every architecture:
 
-* :class:`StageSet`: the stage modules in run order (a mixin for the stages dataclass).
+* :class:`StageSet`: the stage modules in run order (a mixin for the stages dataclass);
+  :func:`build_stage_set`: one built from a model.
 * :func:`example_inputs`: random inputs of the declared shapes, with the masks set so that
   tracing exercises them (last image slot absent, half the prompt real, no executed prefix).
 * :func:`image_prefix`: the slots' image tokens laid end to end, with their pad mask.
 * :func:`collect_prefix_cache`: the per-layer key/value cache of one pass over the prefix.
 * :func:`executed_prefix_masks`, :func:`on_flow_path`, :func:`default_executed_prefix`:
   executed-prefix inpainting in the action head's Euler loop.
-* :func:`flow_calls`, :func:`declared_calls`: an action head exported as one Euler step,
-  called K times in torch with the per-call inputs its stage set declares.
+* :func:`flow_step_repeat`, :func:`flow_calls`, :func:`declared_calls`: an action head
+  exported as one Euler step, its declared loop, and its K calls in torch with the
+  per-call inputs its stage set declares.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -38,6 +40,21 @@ class StageSet:
     def repeats(self) -> dict[str, dict[str, Any]]:
         """Stage name → its loop (the manifest's ``repeat``) for a stage run as K calls; none."""
         return {}
+
+
+StagesT = TypeVar("StagesT", bound=StageSet)
+
+
+def build_stage_set(
+    stage_set: Callable[..., StagesT], model: nn.Module, *stages: Callable[[Any], nn.Module]
+) -> StagesT:
+    """``stage_set(model, *stages)`` with each stage built from ``model``, in run order.
+
+    ``model`` is put in eval mode; each stage holds its modules (not copies), so the stages
+    share its parameters.
+    """
+    model.eval()
+    return stage_set(model, *(stage(model) for stage in stages))
 
 
 def example_tensor(spec: TensorSpec, vocab_size: int, gen: torch.Generator) -> torch.Tensor:
@@ -177,6 +194,21 @@ def one_hot_steps(count: int) -> list[list[list[float]]]:
     Plain lists, not ``torch.eye``: ``stage_flops`` builds the stages under a fake mode.
     """
     return [[[float(i == j) for j in range(count)]] for i in range(count)]
+
+
+def flow_step_repeat(count: int) -> dict[str, dict[str, Any]]:
+    """:meth:`StageSet.repeats` for an action head exported as one Euler step of ``count``.
+
+    ``count`` calls, ``step`` row ``k`` of the identity at call ``k``, ``x_t`` the previous
+    call's ``actions`` (the manifest's ``stages.action_head.repeat``).
+    """
+    return {
+        "action_head": {
+            "count": count,
+            "inputs": {"step": one_hot_steps(count)},
+            "carry": {"x_t": "actions"},
+        }
+    }
 
 
 def declared_calls(

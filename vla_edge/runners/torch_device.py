@@ -101,14 +101,8 @@ def place_module(module: nn.Module, device: torch.device, dtype: torch.dtype) ->
 
 
 def weight_bytes(module: nn.Module) -> int:
-    """Bytes of the module's distinct parameters (a tied weight counts once)."""
-    seen: set[int] = set()
-    total = 0
-    for param in module.parameters():
-        if id(param) not in seen:
-            seen.add(id(param))
-            total += param.numel() * param.element_size()
-    return total
+    """Bytes of the distinct parameters :func:`~vla_edge.archs.common.count_parameters` counts."""
+    return sum(param.numel() * param.element_size() for param in module.parameters())
 
 
 def _as_list(out: Any) -> list[torch.Tensor]:

@@ -20,7 +20,11 @@ from vla_edge.archs.groot.config import GrootConfig
 from vla_edge.archs.groot.model import GrootModel
 from vla_edge.archs.groot.stages import STAGE_NAMES, GrootStages, build_stages
 from vla_edge.archs.groot.xnnpack import xnnpack_stages
-from vla_edge.core.errors import ConfigError
+from vla_edge.archs.policy_loading import (
+    PolicyExpectations,
+    checked_policy_dir,
+    load_policy_model_with,
+)
 
 
 def example_inputs(stages: GrootStages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
@@ -62,34 +66,27 @@ def stage_modules(
     return stages, modules, example_inputs(stages, seed)
 
 
+POLICY = PolicyExpectations(
+    title="GR00T",
+    architectures=(processor.ARCHITECTURE,),
+    config_class=GrootConfig,
+    prompt_format=processor.PROMPT,
+    needs_tokenizer_dir=True,
+)
+"""What GR00T's exporter expects of a policy directory (its image resize is not checked)."""
+
+
 def checked_policy(
     path: str | Path, flow_steps: int | None = None, verify_sha256: bool = True
 ) -> tuple[Any, GrootConfig]:
     """A GR00T policy directory and its model config (``flow_steps`` applied).
 
     Raises:
-        ConfigError: the directory holds another architecture, or its prompt is not GR00T's.
+        ConfigError: the directory holds another architecture, or its prompt or tokenizer
+            is not GR00T's.
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.archs.policy_dir import load_policy_dir
-
-    policy = load_policy_dir(path, verify_sha256=verify_sha256)
-    if policy.architecture != processor.ARCHITECTURE:
-        raise ConfigError(
-            f"{path}: architecture = {policy.architecture!r}: the GR00T exporter exports "
-            f"{processor.ARCHITECTURE!r} policy directories"
-        )
-    config: GrootConfig = policy.config
-    if flow_steps is not None:
-        config = GrootConfig(**{**config.model_dump(), "flow_steps": int(flow_steps)})
-    if policy.prompt.get("format") != processor.PROMPT:
-        raise ConfigError(
-            f"{path}: prompt.format = {policy.prompt.get('format')!r}, expected "
-            f"{processor.PROMPT!r}"
-        )
-    if policy.tokenizer_dir is None:
-        raise ConfigError(f"{path}: tokenizer = {policy.tokenizer!r}: needs a tokenizer dir")
-    return policy, config
+    return checked_policy_dir(path, POLICY, flow_steps, verify_sha256)
 
 
 def load_policy_model(
@@ -106,12 +103,9 @@ def load_policy_model(
     """
     from vla_edge.archs.groot.checkpoint import load_weights
 
-    if stage is not None:
-        raise ConfigError(f"stage = {stage!r}: GR00T loads its whole model (no per-stage weights)")
-    policy, config = checked_policy(path, flow_steps, verify_sha256)
-    model = GrootModel(config).eval()
-    load_weights(policy, model)
-    return policy, model
+    return load_policy_model_with(
+        path, POLICY, GrootModel, load_weights, flow_steps, stage, verify_sha256
+    )
 
 
 EXPORT = ExportHooks(

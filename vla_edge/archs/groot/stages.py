@@ -64,12 +64,13 @@ from vla_edge.archs.stage_io import (
 )
 from vla_edge.archs.stage_io import (
     StageSet,
+    build_stage_set,
     declared_calls,
     default_executed_prefix,
     example_inputs,
     executed_prefix_masks,
     flow_calls,
-    one_hot_steps,
+    flow_step_repeat,
 )
 
 
@@ -269,14 +270,7 @@ class GrootStages(StageSet):
 
     def repeats(self) -> dict[str, dict[str, object]]:
         """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
-        k = self.model.config.flow_steps
-        return {
-            "action_head": {
-                "count": k,
-                "inputs": {"step": one_hot_steps(k)},
-                "carry": {"x_t": "actions"},
-            }
-        }
+        return flow_step_repeat(self.model.config.flow_steps)
 
     def example_inputs(self, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
         """Example inputs for every stage (random, of the declared shapes and dtypes).
@@ -298,13 +292,7 @@ class GrootStages(StageSet):
 
 def build_stages(model: GrootModel) -> GrootStages:
     """The three stages of ``model``, sharing its parameters (no copies)."""
-    model.eval()
-    return GrootStages(
-        model=model,
-        vision_encoder=VisionEncoderStage(model),
-        fusion=FusionStage(model),
-        action_head=ActionHeadStep(model),
-    )
+    return build_stage_set(GrootStages, model, VisionEncoderStage, FusionStage, ActionHeadStep)
 
 
 @torch.no_grad()

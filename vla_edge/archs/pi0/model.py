@@ -31,6 +31,7 @@ from transformers.models.gemma.modeling_gemma import GemmaDecoderLayer, GemmaMod
 from transformers.models.paligemma.modeling_paligemma import PaliGemmaMultiModalProjector
 from transformers.models.siglip.modeling_siglip import SiglipVisionModel
 
+from vla_edge.archs.common import count_parameters
 from vla_edge.archs.pi0.config import GemmaSize, Pi0Config
 from vla_edge.archs.pi0.layers import (
     AdaRMSNorm,
@@ -418,17 +419,6 @@ class Pi0Model(nn.Module, VisionParts, PrefixParts, ActionParts):
             v_t = self.velocity(keys, values, pad, state, x_t, sinusoidal_time_embedding(t, width))
             x_t = x_t + dt * v_t
         return x_t
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Distinct parameters (a tied weight counts once)."""
-    seen: set[int] = set()
-    total = 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    return total
 
 
 __all__ = ["Pi0Model", "count_parameters", "gemma_config", "siglip_config"]

@@ -22,7 +22,11 @@ from vla_edge.archs.pi0.config import Pi0Config
 from vla_edge.archs.pi0.model import Pi0Model
 from vla_edge.archs.pi0.stages import STAGE_NAMES, Pi0Stages, build_stages
 from vla_edge.archs.pi0.xnnpack import NOT_DELEGATED_WHY, xnnpack_stages
-from vla_edge.core.errors import ConfigError
+from vla_edge.archs.policy_loading import (
+    PolicyExpectations,
+    checked_policy_dir,
+    load_policy_model_with,
+)
 
 
 def example_inputs(stages: Pi0Stages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
@@ -64,6 +68,16 @@ def stage_modules(
     return stages, modules, example_inputs(stages, seed)
 
 
+POLICY = PolicyExpectations(
+    title="π0 / π0.5",
+    architectures=("pi0", "pi05"),
+    config_class=Pi0Config,
+    prompt_format=processor.prompt_format,
+    resize=("pad", "openpi"),
+)
+"""What π0's exporter expects of a policy directory."""
+
+
 def checked_policy(
     path: str | Path, flow_steps: int | None = None, verify_sha256: bool = True
 ) -> tuple[Any, Pi0Config]:
@@ -74,27 +88,7 @@ def checked_policy(
             image resize is not π0's.
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.archs.policy_dir import load_policy_dir
-
-    policy = load_policy_dir(path, verify_sha256=verify_sha256)
-    if policy.architecture not in ("pi0", "pi05"):
-        raise ConfigError(
-            f"{path}: architecture = {policy.architecture!r}: vla-edge export --policy "
-            "exports pi0 and pi05"
-        )
-    config: Pi0Config = policy.config
-    if flow_steps is not None:
-        config = Pi0Config(**{**config.model_dump(), "flow_steps": int(flow_steps)})
-    if policy.prompt.get("format") != processor.prompt_format(config):
-        raise ConfigError(
-            f"{path}: prompt.format = {policy.prompt.get('format')!r}, but the config "
-            f"writes the prompt as {processor.prompt_format(config)!r}"
-        )
-    if policy.images.get("resize") != "pad":
-        raise ConfigError(
-            f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad' (openpi)"
-        )
-    return policy, config
+    return checked_policy_dir(path, POLICY, flow_steps, verify_sha256)
 
 
 def load_policy_model(
@@ -114,20 +108,11 @@ def load_policy_model(
         ConfigError: as :func:`checked_policy`; an unknown stage.
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.archs.common import without_default_init
     from vla_edge.archs.pi0.checkpoint import load_pi0_weights
 
-    if stage is not None and stage not in STAGE_NAMES:
-        raise ConfigError(f"stage = {stage!r}, expected one of {STAGE_NAMES}")
-    policy, config = checked_policy(path, flow_steps, verify_sha256)
-    if stage is None:
-        model = Pi0Model(config).eval()
-        load_pi0_weights(policy, model)
-    else:
-        with without_default_init():
-            model = Pi0Model(config).eval()
-        load_pi0_weights(policy, model, only=build_stages(model).modules()[stage])
-    return policy, model
+    return load_policy_model_with(
+        path, POLICY, Pi0Model, load_pi0_weights, flow_steps, stage, verify_sha256, build_stages
+    )
 
 
 EXPORT = ExportHooks(

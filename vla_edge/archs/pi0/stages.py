@@ -46,13 +46,14 @@ from vla_edge.archs.stage_io import (
 )
 from vla_edge.archs.stage_io import (
     StageSet,
+    build_stage_set,
     declared_calls,
     default_executed_prefix,
     example_inputs,
     executed_prefix_masks,
     flow_calls,
+    flow_step_repeat,
     on_flow_path,
-    one_hot_steps,
     stacked_cache,
 )
 
@@ -204,14 +205,7 @@ class Pi0Stages(StageSet):
 
     def repeats(self) -> dict[str, dict[str, object]]:
         """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
-        k = len(self.action_head.times)
-        return {
-            "action_head": {
-                "count": k,
-                "inputs": {"step": one_hot_steps(k)},
-                "carry": {"x_t": "actions"},
-            }
-        }
+        return flow_step_repeat(len(self.action_head.times))
 
     def outputs(self) -> dict[str, list[TensorSpec]]:
         """Each stage's outputs, in the order its ``forward`` returns them."""
@@ -254,13 +248,7 @@ class Pi0Stages(StageSet):
 
 def build_stages(model: Pi0Model) -> Pi0Stages:
     """The three stages of ``model``, sharing its parameters (no copies)."""
-    model.eval()
-    return Pi0Stages(
-        model=model,
-        vision_encoder=VisionEncoderStage(model),
-        fusion=FusionStage(model),
-        action_head=ActionHeadStep(model),
-    )
+    return build_stage_set(Pi0Stages, model, VisionEncoderStage, FusionStage, ActionHeadStep)
 
 
 @torch.no_grad()

@@ -43,6 +43,7 @@ from transformers.models.smolvlm.modeling_smolvlm import (
     SmolVLMVisionTransformer,
 )
 
+from vla_edge.archs.common import count_parameters
 from vla_edge.archs.prefix_attention import (
     additive_mask,
     attention_mask_2d,
@@ -426,17 +427,6 @@ class SmolVLAModel(nn.Module, VisionParts, PrefixParts, ActionParts):
             v_t = self.velocity(self.expert_kv(keys, values), pad, x_t, self.time_embedding(time))
             x_t = x_t + dt * v_t
         return x_t
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Distinct parameters (a shared weight counts once)."""
-    seen: set[int] = set()
-    total = 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            total += p.numel()
-    return total
 
 
 __all__ = [

@@ -16,12 +16,16 @@ import torch
 from torch import nn
 
 from vla_edge.archs.architecture import ExportHooks
+from vla_edge.archs.policy_loading import (
+    PolicyExpectations,
+    checked_policy_dir,
+    load_policy_model_with,
+)
 from vla_edge.archs.smolvla import processor
 from vla_edge.archs.smolvla.config import SmolVLAConfig
 from vla_edge.archs.smolvla.model import SmolVLAModel
 from vla_edge.archs.smolvla.stages import STAGE_NAMES, SmolVLAStages, build_stages
 from vla_edge.archs.smolvla.xnnpack import NOT_DELEGATED_WHY, xnnpack_stages
-from vla_edge.core.errors import ConfigError
 
 ARCHITECTURE = processor.ARCHITECTURE
 PROMPT = processor.PROMPT
@@ -75,6 +79,17 @@ def stage_modules(
     return stages, modules, example_inputs(stages, seed)
 
 
+POLICY = PolicyExpectations(
+    title="SmolVLA",
+    architectures=(ARCHITECTURE,),
+    config_class=SmolVLAConfig,
+    prompt_format=PROMPT,
+    resize=("pad_top_left", "LeRobot SmolVLA's resize_with_pad"),
+    needs_tokenizer_dir=True,
+)
+"""What SmolVLA's exporter expects of a policy directory."""
+
+
 def checked_policy(
     path: str | Path, flow_steps: int | None = None, verify_sha256: bool = True
 ) -> tuple[Any, SmolVLAConfig]:
@@ -85,30 +100,7 @@ def checked_policy(
             or tokenizer is not SmolVLA's.
         PolicyDirError: (and its relatives) an invalid policy directory.
     """
-    from vla_edge.archs.policy_dir import load_policy_dir
-
-    policy = load_policy_dir(path, verify_sha256=verify_sha256)
-    if policy.architecture != ARCHITECTURE:
-        raise ConfigError(
-            f"{path}: architecture = {policy.architecture!r}: the SmolVLA exporter exports "
-            f"{ARCHITECTURE!r} policy directories (vla-edge export --policy picks the exporter "
-            "by architecture)"
-        )
-    config: SmolVLAConfig = policy.config
-    if flow_steps is not None:
-        config = SmolVLAConfig(**{**config.model_dump(), "flow_steps": int(flow_steps)})
-    if policy.prompt.get("format") != PROMPT:
-        raise ConfigError(
-            f"{path}: prompt.format = {policy.prompt.get('format')!r}, expected {PROMPT!r}"
-        )
-    if policy.images.get("resize") != "pad_top_left":
-        raise ConfigError(
-            f"{path}: images.resize = {policy.images.get('resize')!r}, expected 'pad_top_left' "
-            "(LeRobot SmolVLA's resize_with_pad)"
-        )
-    if policy.tokenizer_dir is None:
-        raise ConfigError(f"{path}: tokenizer = {policy.tokenizer!r}: needs a tokenizer dir")
-    return policy, config
+    return checked_policy_dir(path, POLICY, flow_steps, verify_sha256)
 
 
 def load_policy_model(
@@ -128,14 +120,9 @@ def load_policy_model(
     """
     from vla_edge.archs.smolvla.checkpoint import load_smolvla_weights
 
-    if stage is not None:
-        raise ConfigError(
-            f"stage = {stage!r}: SmolVLA loads its whole model (no per-stage weights)"
-        )
-    policy, config = checked_policy(path, flow_steps, verify_sha256)
-    model = SmolVLAModel(config).eval()
-    load_smolvla_weights(policy, model)
-    return policy, model
+    return load_policy_model_with(
+        path, POLICY, SmolVLAModel, load_smolvla_weights, flow_steps, stage, verify_sha256
+    )
 
 
 EXPORT = ExportHooks(

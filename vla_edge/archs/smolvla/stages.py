@@ -55,13 +55,14 @@ from vla_edge.archs.stage_io import (
 )
 from vla_edge.archs.stage_io import (
     StageSet,
+    build_stage_set,
     declared_calls,
     default_executed_prefix,
     example_inputs,
     executed_prefix_masks,
     flow_calls,
+    flow_step_repeat,
     on_flow_path,
-    one_hot_steps,
     stacked_cache,
 )
 
@@ -221,14 +222,7 @@ class SmolVLAStages(StageSet):
 
     def repeats(self) -> dict[str, dict[str, object]]:
         """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
-        k = self.model.config.flow_steps
-        return {
-            "action_head": {
-                "count": k,
-                "inputs": {"step": one_hot_steps(k)},
-                "carry": {"x_t": "actions"},
-            }
-        }
+        return flow_step_repeat(self.model.config.flow_steps)
 
     def outputs(self) -> dict[str, list[TensorSpec]]:
         """Each stage's outputs, in the order its ``forward`` returns them."""
@@ -274,13 +268,7 @@ class SmolVLAStages(StageSet):
 
 def build_stages(model: SmolVLAModel) -> SmolVLAStages:
     """The three stages of ``model``, sharing its parameters (no copies)."""
-    model.eval()
-    return SmolVLAStages(
-        model=model,
-        vision_encoder=VisionEncoderStage(model),
-        fusion=FusionStage(model),
-        action_head=ActionHeadStep(model),
-    )
+    return build_stage_set(SmolVLAStages, model, VisionEncoderStage, FusionStage, ActionHeadStep)
 
 
 @torch.no_grad()
