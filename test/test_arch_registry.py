@@ -25,12 +25,10 @@ from vla_edge.archs.architecture import Architecture
 from vla_edge.core.errors import UnknownArchitectureError
 
 PACKAGE_DIR = Path(vla_edge.__file__).parent
-BRANCH_EXCEPTIONS = {
-    "vla_edge/bench/upstream.py": "runs the reference implementations themselves (openpi, "
-    "LeRobot), whose drivers differ per architecture",
-    "vla_edge/bench/upstream_openpi.py": "openpi's own π0 / π0.5 driver (pi05 is openpi's flag)",
-}
-"""Modules outside the architecture folders allowed to branch on a name, and why."""
+BRANCH_EXCEPTIONS: dict[str, str] = {}
+"""Modules outside the architecture folders allowed to branch on a name, and why: none
+(``bench upstream`` reads each architecture's upstream hook, its drivers live in the
+folders)."""
 
 TOY_ARCH = '''
 """A toy architecture: registered by this file alone."""

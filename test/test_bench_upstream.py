@@ -2,28 +2,31 @@
 
 Without upstream sources these tests check the harness's own logic on the CPU (the
 comparison, the named errors, the side environment's command lines, the syntax patches,
-the drivers' imports). With ``VLA_EDGE_OPENPI_SRC`` and ``VLA_EDGE_OPENPI_SIDE`` (an
-openpi checkout and its side environment) or ``VLA_EDGE_LEROBOT_SRC`` and
-``VLA_EDGE_LEROBOT_SIDE`` (LeRobot at the pinned commit and its side environment), a tiny
-run of each architecture must land within the bound.
+the architectures' upstream hooks and their drivers' imports; GR00T's hook has its own
+file, ``test_bench_upstream_groot.py``). With ``VLA_EDGE_OPENPI_SRC`` and
+``VLA_EDGE_OPENPI_SIDE`` (an openpi checkout and its side environment) or
+``VLA_EDGE_LEROBOT_SRC`` and ``VLA_EDGE_LEROBOT_SIDE`` (LeRobot at the pinned commit and
+its side environment), a tiny run of each architecture must land within the bound.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from vla_edge.archs import registry
+from vla_edge.archs.upstream_side import prefix_stage_order as stage_order
 from vla_edge.bench import upstream
 from vla_edge.bench.upstream import (
     ACTION_BOUND_PCT,
-    LEROBOT,
-    OPENPI,
     SideEnvironmentError,
     UpstreamSourceError,
     action_error,
@@ -31,12 +34,18 @@ from vla_edge.bench.upstream import (
     compare_dumps,
     driver_command,
     driver_env,
+    driver_path,
     ensure_side,
+    hooks,
     patched_source,
     side_install_commands,
-    stage_order,
+    upstream_architectures,
 )
 from vla_edge.cli import main
+from vla_edge.core.errors import UnknownArchitectureError
+
+OPENPI = hooks("pi0")
+LEROBOT = hooks("smolvla")
 
 
 def dumps(seed: int = 0) -> dict[str, np.ndarray]:
@@ -177,9 +186,10 @@ def test_the_driver_runs_with_the_side_environment_first(tmp_path) -> None:
     assert env["HF_HUB_OFFLINE"] == "1"
     command = driver_command("pi05", tmp_path / "out", ["--seed", "3"], python="PY")
     assert command[:2] == ["PY", "-P"]
-    assert Path(command[2]).name == "upstream_openpi.py" and Path(command[2]).is_file()
+    assert Path(command[2]) == driver_path("pi05") and Path(command[2]).is_file()
+    assert Path(command[2]).parent.name == "pi0"
     assert command[3:] == ["--arch", "pi05", "--out", str(tmp_path / "out"), "--seed", "3"]
-    assert Path(driver_command("smolvla", tmp_path, [])[2]).name == "upstream_lerobot.py"
+    assert Path(driver_command("smolvla", tmp_path, [])[2]).parent.name == "smolvla"
 
 
 def test_a_stamped_side_environment_is_not_reinstalled(tmp_path, monkeypatch) -> None:
@@ -199,12 +209,41 @@ def test_a_stamped_side_environment_is_not_reinstalled(tmp_path, monkeypatch) ->
         ensure_side("smolvla", side, tmp_path, install=False)
 
 
-@pytest.mark.parametrize("driver", ["upstream_openpi.py", "upstream_lerobot.py"])
-def test_the_drivers_import_only_upstream_and_array_libraries(driver) -> None:
-    path = Path(upstream.__file__).with_name(driver)
-    allowed = {"argparse", "json", "math", "sys", "types", "pathlib", "__future__"}
-    allowed |= {"numpy", "torch", "safetensors", "transformers", "tokenizers"}
-    allowed |= {"openpi", "lerobot"}
+def test_the_architectures_with_an_upstream_hook_are_the_arch_choices() -> None:
+    assert set(upstream_architectures()) == {"pi0", "pi05", "smolvla", "groot"}
+    assert hooks("pi0") is hooks("pi05")  # one openpi hook; the driver takes the name
+    parser = argparse.ArgumentParser()
+    upstream.add_arguments(parser)
+    arch = next(a for a in parser._actions if a.dest == "arch")
+    assert tuple(arch.choices) == upstream_architectures()
+
+
+def test_the_hooks_and_the_arch_choices_import_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "from vla_edge.bench import upstream\n"
+        "for name in upstream.upstream_architectures():\n"
+        "    upstream.hooks(name)\n"
+        "    assert upstream.driver_path(name).is_file()\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_architecture_without_an_upstream_hook_is_refused_by_name() -> None:
+    with pytest.raises(UnknownArchitectureError, match="'bundled': has no upstream"):
+        hooks("bundled")
+
+
+@pytest.mark.parametrize("arch", upstream_architectures())
+def test_the_drivers_import_only_upstream_and_array_libraries(arch) -> None:
+    path = driver_path(arch)
+    assert path.is_file()
+    assert path.parent.name == registry.get(arch).upstream.split(".")[2]  # its own folder
+    allowed = {"argparse", "json", "math", "sys", "types", "typing", "pathlib", "__future__"}
+    allowed |= {"numpy", "torch", "safetensors", "transformers", "tokenizers", "diffusers"}
+    allowed |= {"openpi", "lerobot", "gr00t"}
     roots = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):

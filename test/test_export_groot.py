@@ -222,3 +222,102 @@ def test_the_onnx_runner_chunk_equals_sample_actions(onnx_export, model) -> None
     tokens = runner._tokens(obs.instruction)
     np.testing.assert_array_equal(tokens["host:token_ids"], ids)
     np.testing.assert_array_equal(tokens["host:token_mask"].astype(bool), mask)
+
+
+# ---------------------------------------------------------------- vla-edge export --quant 8da8w
+QUANT_WEIGHT_STD = 0.05
+"""Every parameter ~ N(0, 0.05²), as π0's export tests draw theirs: the tiny model's layers
+then perturb the residual stream as a trained model's do (at 0.2 its flow is chaotic and
+any int8 rounding grows through the four Euler steps)."""
+QUANT_BOUND = 5e-2
+"""π0's bound for a quantised export: 5 % of each action dimension's range."""
+
+
+def worst_fraction_of_range(got: np.ndarray, want: np.ndarray) -> float:
+    """Largest ``|got - want|`` over each action dimension's range in ``want`` (rows × dims)."""
+    got2, want2 = got.reshape(-1, got.shape[-1]), want.reshape(-1, want.shape[-1])
+    span = np.ptp(want2, axis=0)
+    assert np.all(span > 1e-3), span
+    return float(np.max(np.abs(got2 - want2) / span))
+
+
+@pytest.fixture(scope="module")
+def imported_policy(tmp_path_factory) -> Path:
+    """A tiny GR00T with Qwen3-VL's vocabulary and ids, written in upstream's N1.7 layout and
+    imported onto the package's robot (joint positions, two cameras) with the statistics of
+    its ``new_embodiment`` tag (joint-sized; the other tag's are LIBERO end-effector ones)."""
+    from test_arch_groot_layout import write_upstream_n17
+    from test_import_groot import CAMERAS, qwen_vocab_tiny, write_qwen_tokenizer
+
+    from vla_edge.archs.common import ImportOptions
+    from vla_edge.archs.importer import default_robot, import_checkpoint
+
+    torch.manual_seed(1)
+    source = GrootModel(qwen_vocab_tiny()).eval()
+    with torch.no_grad():
+        for p in source.parameters():
+            p.normal_(0.0, QUANT_WEIGHT_STD)
+    root = tmp_path_factory.mktemp("groot_policy")
+    ckpt = write_upstream_n17(root / "ckpt", source, lm_head=False)
+    tokenizer = write_qwen_tokenizer(root / "tokenizer")
+    import_checkpoint(
+        ckpt,
+        root / "policy",
+        tokenizer,
+        0.05,
+        default_robot(),
+        options=ImportOptions(vision_heads=4, embodiment="new_embodiment"),
+        cameras=CAMERAS,
+    )
+    return root / "policy"
+
+
+@pytest.mark.timeout(1800)  # three int8 lowerings: minutes each on a busy 2-core machine
+def test_vla_edge_export_policy_8da8w_programs_are_delegated_and_close_to_eager(
+    imported_policy, tmp_path
+) -> None:
+    """``vla-edge export --backend executorch --quant 8da8w`` of an imported GR00T: every
+    ``Linear`` int8, each stage one XNNPACK call; the parity gate passes at π0's 5 %, and
+    the chained programs' actions are within 5 % of each dimension's range of the eager
+    stages' (fed the same host tensors and noise)."""
+    from stage_chain import chained_actions, open_stage_programs
+
+    from vla_edge.archs.groot import build_stages, run_stages
+    from vla_edge.cli import main
+    from vla_edge.export.architecture import load_policy_model
+    from vla_edge.export.manifest import load_manifest
+
+    pytest.importorskip("executorch")
+    out = tmp_path / "groot_8da8w"
+    argv = ["export", "--policy", str(imported_policy), "--backend", "executorch"]
+    argv += ["--quant", "8da8w", "--out", str(out)]
+    assert main([*argv, "--max-parity-pct", "5", "--parity-samples", "2"]) == 0
+    manifest = load_manifest(out)
+    assert manifest.architecture == "groot" and manifest.data["quant"] == "8da8w"
+    stages = manifest.data["stages"]
+    for name, entry in stages.items():
+        assert entry["quant"] == "8da8w" and entry["quantized_linears"] > 0, name
+        assert entry["fp32_linears"] == 0, (name, entry["fp32_linear_names"])
+        assert entry["delegation"]["delegated_subgraphs"] >= 1, (name, entry["delegation"])
+    assert stages["fusion"]["int8_embeddings"] == 1  # the token table
+    assert manifest.data["parity"]["rms_pct_of_range_max"] <= 5.0
+
+    _, model = load_policy_model(imported_policy)
+    reference = build_stages(model)
+    manifest, programs = open_stage_programs(out)
+    c = model.config
+    gen = torch.Generator().manual_seed(11)
+    got, want = [], []
+    for _ in range(3):
+        size = c.vision.image_size
+        host = {
+            "images": torch.rand(c.n_slots, 3, size, size, generator=gen) * 2 - 1,
+            "image_mask": torch.ones(c.n_slots),
+            "token_ids": torch.randint(0, 300, (1, c.max_token_len), generator=gen),
+            "token_mask": (torch.arange(c.max_token_len) < 6)[None].float(),
+            "state": torch.randn(1, c.max_state_dim, generator=gen) * 0.5,
+        }
+        noise = torch.randn(c.action_horizon, c.max_action_dim, generator=gen)
+        got.append(chained_actions(manifest, programs, host, noise.numpy()))
+        want.append(run_stages(reference, **host, noise=noise[None]).numpy()[0])
+    assert worst_fraction_of_range(np.stack(got), np.stack(want)) <= QUANT_BOUND

@@ -15,6 +15,9 @@ The generic code above this layer reads the hooks instead of branching on a name
   weights, a language stage reused across exports.
 * :class:`BenchHooks` (``Architecture.bench``): the sizes the benchmarks build, the layer
   counts one stage's fit search shrinks, the published layout a random model is written in.
+* :class:`UpstreamHooks` (``Architecture.upstream``): what ``vla-edge bench upstream``
+  (:mod:`vla_edge.bench.upstream`) runs of upstream's own code and how our import of its
+  checkpoint is run on the same inputs.
 """
 
 from __future__ import annotations
@@ -175,6 +178,75 @@ class BenchHooks:
     :attr:`write_checkpoint` wrote."""
     unread_keys: tuple[str, ...] = ()
     """Keys in the published file that the model reads nothing from."""
+    write_tokenizer: Callable[[Path, Any, list[str]], Path] | None = None
+    """``(folder, loop config, sentences) -> the tokenizer vla-edge import takes``, for
+    ``bench loop``; ``None``: the generic writer of the architecture's tokenizer kind."""
+
+
+@dataclass(frozen=True)
+class SyntaxPatch:
+    """Python 3.12-only syntax in one upstream file, rewritten for an older interpreter.
+
+    Each edit replaces text that occurs exactly once; the result means the same to Python
+    (PEP 695 type parameters become ``TypeVar`` / ``Generic``, ``type`` statements plain
+    aliases). Applied to a copy, never to the user's tree.
+    """
+
+    path: str
+    """Relative to the source root."""
+    edits: tuple[tuple[str, str], ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class OurRun:
+    """Our side of ``bench upstream``: our import run on the driver's inputs."""
+
+    dumps: dict[str, Any]
+    """Intermediate name -> array, under the names the driver dumps."""
+    order: list[str]
+    """The intermediates in the order the model computes them (``actions`` last)."""
+    config: dict[str, Any]
+    """Our config of the imported checkpoint (JSON)."""
+    reader: str
+    """The function that read upstream's checkpoint (``module.function``)."""
+
+
+@dataclass(frozen=True)
+class UpstreamHooks:
+    """What ``vla-edge bench upstream --arch`` (:mod:`vla_edge.bench.upstream`) reads.
+
+    The driver is a script in the architecture's folder that runs in a subprocess with
+    ``PYTHONPATH=SIDE:SOURCE/<each of source_paths>`` and imports upstream's code, torch,
+    numpy and safetensors, never ``vla_edge``; it takes ``--arch --out --seed
+    --action-horizon --num-steps --stats`` and writes ``upstream.npz`` and
+    ``upstream.json`` (with ``checkpoint``, ``config`` and ``inputs``) in ``--out``.
+    """
+
+    name: str
+    """Upstream's short name (``openpi``)."""
+    repo: str
+    """``owner/name`` on GitHub."""
+    marker: str
+    """A file every checkout of the repository has (relative to the source root)."""
+    packages: tuple[str, ...]
+    """Installed with ``pip install --target SIDE --no-deps`` (upstream's pinned versions of
+    what it imports that this environment lacks or holds at another version)."""
+    driver: str
+    """The driver script's file name, in the hook module's folder."""
+    run_ours: Callable[..., OurRun]
+    """``(arch, work, meta, dump, num_steps) -> OurRun``: our import of the checkpoint
+    the driver wrote (``meta["checkpoint"]``) run on the dump's inputs."""
+    source_paths: tuple[str, ...] = ("src",)
+    """Folders of the source root on the driver's ``PYTHONPATH``, after ``SIDE``."""
+    overlay: tuple[str, str] | None = None
+    """(folder in the source, folder in the side environment) copied over it."""
+    syntax_patches: tuple[SyntaxPatch, ...] = ()
+    pinned_commit: str | None = None
+    """The commit the driver and the syntax patches were checked against."""
+    source_manifest: str | None = None
+    """A JSON file in the source root naming each file's commit (a tree rebuilt file by
+    file), recorded in the bench's JSON; ``None``: none."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +284,9 @@ class Architecture:
     """Its :class:`ExportHooks` (``module:attribute``); ``None``: not exported."""
     bench: str | None = None
     """Its :class:`BenchHooks`; ``None``: not built at random by the benchmarks."""
+    upstream: str | None = None
+    """Its :class:`UpstreamHooks` (``module:attribute``, the module
+    ``vla_edge.archs.<folder>.upstream``); ``None``: not checked against upstream's code."""
     facts: Callable[[Any], PolicyFacts] | None = field(default=None, repr=False)
     check: Callable[[Any], str | None] | None = field(default=None, repr=False)
     """A contradiction between the config and the name (``None``: consistent)."""
@@ -253,6 +328,14 @@ class Architecture:
         """
         return self.resolve("bench")
 
+    def upstream_hooks(self) -> UpstreamHooks:
+        """Its :class:`UpstreamHooks` (imports no torch).
+
+        Raises:
+            UnknownArchitectureError: it registers none.
+        """
+        return self.resolve("upstream")
+
     def line(self) -> str:
         """One line of ``vla-edge import --list``."""
         layouts = "; ".join(f"{layout.name} ({layout.summary})" for layout in self.layouts)
@@ -260,4 +343,14 @@ class Architecture:
         return f"{self.name:<8} {self.title}: {layouts}{how}"
 
 
-__all__ = ["Architecture", "BenchHooks", "ExportHooks", "Layout", "PolicyFacts", "PromptFormat"]
+__all__ = [
+    "Architecture",
+    "BenchHooks",
+    "ExportHooks",
+    "Layout",
+    "OurRun",
+    "PolicyFacts",
+    "PromptFormat",
+    "SyntaxPatch",
+    "UpstreamHooks",
+]

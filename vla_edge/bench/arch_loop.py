@@ -230,8 +230,15 @@ def write_checkpoint(args: argparse.Namespace, ckpt: Path, tokenizer: Path) -> P
     from vla_edge.archs import registry
 
     model = loop_model(args.arch, args.size, args.cameras, args.seed)
-    _hooks(args.arch).write_checkpoint(ckpt, model, home_statistics(), args.size)
+    hooks = _hooks(args.arch)
+    hooks.write_checkpoint(ckpt, model, home_statistics(), args.size)
     del model
+    if hooks.write_tokenizer is not None:
+        from vla_edge.sim.tasks import TASKS
+
+        sentences = [task.instruction for task in TASKS.values()]
+        config = hooks.loop_config(args.size, args.cameras)
+        return hooks.write_tokenizer(tokenizer, config, sentences)
     writer, _ = TOKENIZER_WRITERS[registry.get(args.arch).tokenizer]
     return writer(tokenizer_path(args.arch, tokenizer))
 
@@ -243,6 +250,8 @@ def tokenizer_path(arch: str, tokenizer: Path) -> Path:
     """
     from vla_edge.archs import registry
 
+    if _hooks(arch).write_tokenizer is not None:
+        return tokenizer
     _, file = TOKENIZER_WRITERS[registry.get(arch).tokenizer]
     return tokenizer if file is None else tokenizer / file
 

@@ -114,24 +114,34 @@ def randomise(
 ) -> nn.Module:
     """Every weight of ``model`` ~ N(0, std²), biases 0, layer norms 1 / 0 (in place).
 
+    Weights are those of ``Linear``, ``Embedding`` and ``Conv2d`` / ``Conv3d`` modules and
+    every parameter of two or more dimensions that another module holds itself (a
+    per-embodiment weight bank, for one): under
+    :func:`~vla_edge.archs.common.without_default_init` nothing else writes them.
+
     ``only``: draw just the modules whose parameters ``only`` holds (a stage of
     ``model``); each gets the values it gets when the whole model is drawn.
     """
     wanted = None if only is None else {id(p) for p in only.parameters()}
     for name, module in model.named_modules():
-        own = list(module.parameters(recurse=False))
-        if wanted is not None and not any(id(p) in wanted for p in own):
+        own = list(module.named_parameters(recurse=False))
+        if wanted is not None and not any(id(p) in wanted for _, p in own):
             continue
         if isinstance(module, nn.LayerNorm):
             if module.weight is not None:
                 module.weight.fill_(1.0)
             if module.bias is not None:
                 module.bias.zero_()
-        elif isinstance(module, nn.Linear | nn.Embedding | nn.Conv2d):
+        elif isinstance(module, nn.Linear | nn.Embedding | nn.Conv2d | nn.Conv3d):
             module.weight.normal_(0.0, std, generator=module_generator(seed, name))
             bias = getattr(module, "bias", None)
             if bias is not None:
                 bias.zero_()
+        else:
+            for param_name, param in own:
+                if param.dim() >= 2:
+                    generator = module_generator(seed, f"{name}.{param_name}")
+                    param.normal_(0.0, std, generator=generator)
     return model
 
 

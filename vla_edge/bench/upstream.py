@@ -1,52 +1,60 @@
 """``vla-edge bench upstream``: our import checked against upstream's own code.
 
-``vla-edge bench upstream --arch {pi0,pi05,smolvla} --source PATH [--side DIR]
-[--commit HASH] --json OUT [--work-dir DIR] [--seed 0] [--action-horizon 10]
-[--num-steps 10] [--no-install]``
+``vla-edge bench upstream --arch ARCH --source PATH [--side DIR] [--commit HASH] --json OUT
+[--work-dir DIR] [--seed 0] [--action-horizon 10] [--num-steps 10] [--no-install]``
 
-Everything a run writes (upstream's checkpoint and dumps, the driver's log, the policy
-directory, a patched copy of the source) goes to ``WORK_DIR/ARCH``, made anew each run.
+``ARCH`` is any registered architecture with an upstream hook
+(:class:`~vla_edge.archs.architecture.UpstreamHooks`, ``Architecture.upstream``: today
+``pi0`` and ``pi05`` against openpi, ``smolvla`` against LeRobot, ``groot`` against
+Isaac-GR00T). Everything a run writes (upstream's checkpoint and dumps, the driver's log,
+the policy directory, a patched copy of the source) goes to ``WORK_DIR/ARCH``, made anew
+each run.
 
 A test that builds our model from our own state dict and calls it the reference proves
 nothing; this bench runs the code users trust:
 
-1. ``--source``: upstream's repository at a pinned commit (openpi for π0 / π0.5, LeRobot
-   for SmolVLA; a work tree or an unpacked ``git archive``; ``--commit`` records the hash
-   where the folder has no ``.git``).
+1. ``--source``: upstream's repository at a pinned commit (the hook's ``repo``; a work
+   tree, an unpacked ``git archive``, or a tree rebuilt file by file whose
+   ``SOURCES.json`` names each file's commit; ``--commit`` records the hash where the
+   folder has no ``.git``).
 2. ``--side``: a side environment, outside this package's environment, with upstream's
    pinned transformers (and what upstream imports that ours lacks) installed with
-   ``pip install --target`` (:func:`side_install_commands`; installed when missing). For
-   openpi, its ``transformers_replace`` files are copied over that transformers, as its
+   ``pip install --target`` (:func:`side_install_commands`, the hook's ``packages``;
+   installed when missing). Where the hook names an overlay (openpi's
+   ``transformers_replace`` files) it is copied over that transformers, as upstream's
    README says. torch comes from this environment.
-3. The upstream driver (:mod:`vla_edge.bench.upstream_openpi`,
-   :mod:`vla_edge.bench.upstream_lerobot`) runs in a subprocess with
-   ``PYTHONPATH=SIDE:SOURCE/src`` (:func:`driver_command`), so the two transformers
-   versions never meet in one process: it builds the model at a small size with seeded
-   random weights, saves them through upstream's own save path and layout, and dumps a
-   fixed observation, the noise, the actions of upstream's ``sample_actions`` and the
-   intermediates (image features, prefix embeddings, each layer's prefix keys and values,
-   the first velocity).
-4. Our side: ``vla-edge import`` of that checkpoint
-   (:func:`vla_edge.archs.importer.import_checkpoint`), the policy directory loaded into
-   our model, run on the same observation and noise, dumping the same intermediates.
+3. The hook's driver (a script in the architecture's folder, e.g.
+   ``vla_edge/archs/pi0/upstream_driver.py``) runs in a subprocess with
+   ``PYTHONPATH=SIDE:SOURCE/src`` (the hook's ``source_paths``; :func:`driver_command`,
+   :func:`driver_env`), so the two transformers versions never meet in one process: it
+   builds the model at a small size with seeded random weights, saves them through
+   upstream's own save path and layout, and dumps a fixed observation, the noise, the
+   actions of upstream's sampler and the intermediates (for the VLM-prefix models: image
+   features, prefix embeddings, each layer's prefix keys and values, the first velocity;
+   for GR00T: the backbone's features, the VL tokens, the state token, the first
+   velocity).
+4. Our side (the hook's ``run_ours``): our import of that checkpoint (``vla-edge import``,
+   :func:`vla_edge.archs.importer.import_checkpoint`, for π0, π0.5 and SmolVLA; GR00T's
+   ``read_checkpoint`` and ``load_checkpoint_weights``) run on the same observation and
+   noise, dumping the same intermediates.
 5. :func:`compare_dumps`: each intermediate's error relative to upstream's largest value,
    in the order the model computes them, names the first that diverges; the actions'
    error in % of each action dimension's range over the chunk (max and RMS) passes at
    :data:`ACTION_BOUND_PCT`.
 
-LeRobot at the pinned commit uses Python 3.12 syntax in a few files; on an older Python
-the harness copies the source into the work directory and applies :data:`SYNTAX_PATCHES`
-there (syntax only, the user's tree is never touched).
+Upstream code that uses Python 3.12 syntax (LeRobot at its pinned commit) is run from a
+copy in the work directory with the hook's syntax patches applied on an older Python
+(syntax only; the user's tree is never touched).
 
-The JSON holds the command line, the commits, the versions on both sides, the sizes, every
-intermediate's error, the actions' error and the verdict.
+The JSON holds the command line, the commits (per file for a rebuilt tree), the versions
+on both sides, the sizes, every intermediate's error, the actions' error and the verdict.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import math
 import os
 import platform
 import shlex
@@ -55,12 +63,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vla_edge.archs import registry
+from vla_edge.archs.architecture import UpstreamHooks
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 
 ACTION_BOUND_PCT = 0.01
@@ -69,12 +78,8 @@ STAGE_RTOL = 1e-4
 """An intermediate diverges when its largest error exceeds this fraction of upstream's
 largest magnitude (float32 through two transformers versions stays orders below)."""
 DRIVER_TIMEOUT_S = 1800.0
-DT_ACTION_S = 0.1
 STAT_STD = 0.1
-"""Spread of the statistics written with upstream's checkpoint (rad)."""
-SPM_VOCAB = 300
-CAMERAS = ("agentview", "wrist")
-"""The robot cameras the imported policy's first slots are mapped to."""
+"""Spread of the statistics handed to the driver (rad)."""
 
 
 class UpstreamSourceError(ConfigError):
@@ -89,169 +94,40 @@ class UpstreamRunError(VlaEdgeError):
     """The upstream driver's subprocess failed."""
 
 
-@dataclass(frozen=True)
-class SyntaxPatch:
-    """Python 3.12-only syntax in one file, rewritten for an older interpreter.
+def upstream_architectures() -> tuple[str, ...]:
+    """The registered architectures with an upstream hook (``--arch`` choices)."""
+    return tuple(name for name, arch in registry.ARCHITECTURES.items() if arch.upstream)
 
-    Each edit replaces text that occurs exactly once; the result means the same to Python
-    (PEP 695 type parameters become ``TypeVar`` / ``Generic``, ``type`` statements plain
-    aliases).
+
+def hooks(arch: str) -> UpstreamHooks:
+    """``arch``'s :class:`~vla_edge.archs.architecture.UpstreamHooks`.
+
+    Raises:
+        UnknownArchitectureError: not registered, or registers no upstream hook.
     """
-
-    path: str
-    """Relative to the source root."""
-    edits: tuple[tuple[str, str], ...]
-    why: str
+    return registry.get(arch).upstream_hooks()
 
 
-@dataclass(frozen=True)
-class Upstream:
-    """One upstream repository: its driver, side packages and what proves a source is it."""
-
-    name: str
-    repo: str
-    driver: str
-    """The driver script, a sibling of this module."""
-    marker: str
-    """A file every checkout of the repository has (relative to the source root)."""
-    packages: tuple[str, ...]
-    """Installed with ``pip install --target SIDE --no-deps``."""
-    overlay: tuple[str, str] | None = None
-    """(folder in the source, folder in the side environment) copied over it."""
-    syntax_patches: tuple[SyntaxPatch, ...] = ()
-    pinned_commit: str | None = None
-    """The commit this harness (its drivers and syntax patches) was checked against."""
-
-
-OPENPI = Upstream(
-    name="openpi",
-    repo="Physical-Intelligence/openpi",
-    driver="upstream_openpi.py",
-    marker="src/openpi/models_pytorch/pi0_pytorch.py",
-    packages=(
-        "transformers==4.53.2",
-        "tokenizers==0.21.4",
-        "huggingface_hub==0.36.2",
-        # the JAX-side modules openpi's PyTorch model imports (gemma variants, configs)
-        "jax==0.5.3",
-        "jaxlib==0.5.3",
-        "flax==0.10.2",
-        "optax==0.2.8",
-        "orbax-checkpoint==0.12.8",
-        "tensorstore==0.1.86",
-        "augmax==0.4.1",
-        "einops==0.8.2",
-        "jaxtyping==0.2.36",
-        "beartype==0.23.1",
-        "wadler_lindig==0.1.8",
-        "ml_dtypes==0.5.1",
-        "opt_einsum==3.4.0",
-        "treescope==0.1.10",
-        "absl-py==2.5.1",
-        "etils==1.15.0",
-        "humanize==4.17.0",
-        "simplejson==4.3.0",
-        "numpydantic==2.0.0",
-    ),
-    overlay=("src/openpi/models_pytorch/transformers_replace", "transformers"),
-    pinned_commit="15a9616a00943ada6c20a0f158e3adb39df2ccac",
-)
-
-LEROBOT = Upstream(
-    name="lerobot",
-    repo="huggingface/lerobot",
-    driver="upstream_lerobot.py",
-    marker="src/lerobot/policies/smolvla/modeling_smolvla.py",
-    packages=(
-        "transformers==5.5.4",
-        "tokenizers==0.22.2",
-        "huggingface_hub==1.33.0",
-        "httpx==0.29.0",
-        "httpcore==1.0.9",
-        "draccus==0.11.6",
-        "mergedeep==1.3.4",
-        "typing_inspect==0.9.0",
-        "mypy_extensions==1.2.0",
-        "einops==0.8.2",
-        "termcolor==3.3.0",
-        "gymnasium==1.4.0",
-        "typer==0.29.2",
-        "num2words==0.5.14",
-        "docopt==0.6.2",
-        # LeRobot and transformers' SmolVLM processor import torchvision, whose compiled
-        # ops need a CUDA build of torch: the side environment carries the pair (run on
-        # the CPU) with the CUDA libraries torch loads at import
-        "torch==2.14.1",
-        "torchvision==0.29.1",
-        "nvidia-cuda-runtime==13.0.96",
-        "nvidia-cublas==13.1.1.3",
-        "nvidia-cuda-cupti==13.0.85",
-        "nvidia-cuda-nvrtc==13.0.88",
-        "nvidia-cudnn-cu13==9.24.0.43",
-        "nvidia-cufft==12.0.0.61",
-        "nvidia-cufile==1.15.1.6",
-        "nvidia-curand==10.4.0.35",
-        "nvidia-cusolver==12.0.4.66",
-        "nvidia-cusparse==12.6.3.3",
-        "nvidia-cusparselt-cu13==0.8.1",
-        "nvidia-nccl-cu13==2.30.7",
-        "nvidia-nvjitlink==13.4.92",
-        "nvidia-nvshmem-cu13==3.4.5",
-        "nvidia-nvtx==13.0.85",
-    ),
-    syntax_patches=(
-        SyntaxPatch(
-            "src/lerobot/processor/pipeline.py",
-            (
-                (
-                    "class DataProcessorPipeline[TInput, TOutput](HubMixin):",
-                    "class DataProcessorPipeline(HubMixin, Generic[TInput, TOutput]):",
-                ),
-                (
-                    "from typing import Any, TypedDict, TypeVar, cast",
-                    "from typing import Any, Generic, TypedDict, TypeVar, cast",
-                ),
-            ),
-            "PEP 695 class type parameters -> Generic over the module's TypeVars",
-        ),
-        SyntaxPatch(
-            "src/lerobot/motors/motors_bus.py",
-            (
-                (
-                    "type NameOrID = str | int\ntype Value = int | float\n",
-                    "NameOrID = str | int\nValue = int | float\n",
-                ),
-            ),
-            "PEP 695 type statements -> plain aliases",
-        ),
-        SyntaxPatch(
-            "src/lerobot/utils/io_utils.py",
-            (
-                (
-                    "def deserialize_json_into_object[T: JsonLike](fpath: Path, obj: T) -> T:",
-                    'T = TypeVar("T", bound=JsonLike)\n\n\n'
-                    "def deserialize_json_into_object(fpath: Path, obj: T) -> T:",
-                ),
-                ("from typing import Any\n", "from typing import Any, TypeVar\n"),
-            ),
-            "PEP 695 function type parameter -> a bound TypeVar",
-        ),
-    ),
-    pinned_commit="7427f31801f944f5ec9ce53cda02862ce7d1638b",
-)
-
-UPSTREAMS: dict[str, Upstream] = {"pi0": OPENPI, "pi05": OPENPI, "smolvla": LEROBOT}
-"""The upstream each architecture is checked against."""
+def driver_path(arch: str) -> Path:
+    """The hook's driver script: its file name in the hook module's folder."""
+    module = registry.get(arch).upstream.partition(":")[0]
+    origin = importlib.util.find_spec(module).origin
+    return Path(origin).with_name(hooks(arch).driver)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``vla-edge bench upstream``."""
-    parser.add_argument("--arch", choices=tuple(UPSTREAMS), required=True)
+    choices = upstream_architectures()
+    by_repo: dict[str, list[str]] = {}
+    for name in choices:
+        by_repo.setdefault(hooks(name).repo, []).append(name)
+    repos = "; ".join(f"{repo} for {'/'.join(names)}" for repo, names in by_repo.items())
+    parser.add_argument("--arch", choices=choices, required=True)
     parser.add_argument(
         "--source",
         type=Path,
         default=None,
-        help="upstream's repository at a pinned commit (openpi for pi0/pi05, LeRobot for smolvla)",
+        help=f"upstream's repository at a pinned commit ({repos})",
     )
     parser.add_argument(
         "--side",
@@ -278,7 +154,7 @@ def check_source(arch: str, source: Path | None) -> Path:
     Raises:
         UpstreamSourceError: no ``--source``, or not that repository.
     """
-    upstream = UPSTREAMS[arch]
+    upstream = hooks(arch)
     if source is None:
         raise UpstreamSourceError(
             f"--source is required for --arch {arch}: a checkout of {upstream.repo} "
@@ -298,10 +174,10 @@ def side_install_commands(
     """The commands that make the side environment, in order.
 
     ``pip install --target SIDE --no-deps`` of the upstream's pinned packages (torch and
-    the rest come from this environment), then for openpi the copy of its
-    ``transformers_replace`` files over the installed transformers.
+    the rest come from this environment), then the hook's overlay (openpi's
+    ``transformers_replace`` files) copied over the installed package.
     """
-    upstream = UPSTREAMS[arch]
+    upstream = hooks(arch)
     commands = [
         [python, "-m", "pip", "install", "--quiet", "--target", str(side), "--no-deps"]
         + list(upstream.packages)
@@ -314,7 +190,7 @@ def side_install_commands(
 
 def side_stamp(arch: str) -> dict[str, Any]:
     """What a finished side environment records (``.vla_edge_side.json``)."""
-    upstream = UPSTREAMS[arch]
+    upstream = hooks(arch)
     return {"upstream": upstream.name, "packages": list(upstream.packages)}
 
 
@@ -329,7 +205,7 @@ def ensure_side(arch: str, side: Path, source: Path, install: bool = True) -> Pa
         return side
     if not install:
         raise SideEnvironmentError(
-            f"--side {side}: no finished side environment for {UPSTREAMS[arch].name} "
+            f"--side {side}: no finished side environment for {hooks(arch).name} "
             "(leave out --no-install to make it)"
         )
     side.mkdir(parents=True, exist_ok=True)
@@ -347,21 +223,23 @@ def patched_source(arch: str, source: Path, work: Path) -> tuple[Path, list[dict
     """The source the driver imports, and the syntax patches applied to get it.
 
     Where this interpreter needs none (Python 3.12+, or none declared) that is ``source``
-    itself; otherwise ``source/src`` is copied to ``work/source/src`` and each
-    :class:`SyntaxPatch` is applied to the copy.
+    itself; otherwise each of the hook's ``source_paths`` is copied under
+    ``work/source`` and each :class:`~vla_edge.archs.architecture.SyntaxPatch` is applied
+    to the copy.
 
     Raises:
         UpstreamSourceError: a patch's text is not in its file (another commit).
     """
-    patches = UPSTREAMS[arch].syntax_patches
-    if not patches or sys.version_info >= (3, 12):
+    upstream = hooks(arch)
+    if not upstream.syntax_patches or sys.version_info >= (3, 12):
         return source, []
     copy = work / "source"
     if copy.exists():
         shutil.rmtree(copy)
-    shutil.copytree(source / "src", copy / "src", symlinks=True)
+    for folder in upstream.source_paths:
+        shutil.copytree(source / folder, copy / folder, symlinks=True, dirs_exist_ok=True)
     applied = []
-    for patch in patches:
+    for patch in upstream.syntax_patches:
         path = copy / patch.path
         text = path.read_text()
         for old, new in patch.edits:
@@ -369,7 +247,7 @@ def patched_source(arch: str, source: Path, work: Path) -> tuple[Path, list[dict
                 raise UpstreamSourceError(
                     f"--source {source}: {patch.path} does not hold {old!r} once, the text the "
                     f"syntax patch rewrites ({patch.why}); is it commit "
-                    f"{UPSTREAMS[arch].pinned_commit}?"
+                    f"{upstream.pinned_commit}?"
                 )
             text = text.replace(old, new)
         path.write_text(text)
@@ -383,14 +261,21 @@ def driver_command(
     arch: str, out: Path, extra: Sequence[str], python: str = sys.executable
 ) -> list[str]:
     """The driver's command line (``-P``: the driver's folder is not put on ``sys.path``)."""
-    driver = Path(__file__).with_name(UPSTREAMS[arch].driver)
-    return [python, "-P", str(driver), "--arch", arch, "--out", str(out), *extra]
+    return [python, "-P", str(driver_path(arch)), "--arch", arch, "--out", str(out), *extra]
 
 
-def driver_env(side: Path, source: Path) -> dict[str, str]:
+def source_pythonpath(source_paths: Sequence[str]) -> str:
+    """The driver's ``PYTHONPATH`` with ``SIDE`` and ``SOURCE`` for the folders (the JSON's)."""
+    return os.pathsep.join(
+        ["SIDE", *("SOURCE" if p == "." else f"SOURCE/{p}" for p in source_paths)]
+    )
+
+
+def driver_env(side: Path, source: Path, source_paths: Sequence[str] = ("src",)) -> dict[str, str]:
     """This environment with ``PYTHONPATH=SIDE:SOURCE/src`` and no network for the hub."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = f"{side}{os.pathsep}{source / 'src'}"
+    folders = [str(source if p == "." else source / p) for p in source_paths]
+    env["PYTHONPATH"] = os.pathsep.join([str(side), *folders])
     env["HF_HUB_OFFLINE"] = "1"
     env["TRANSFORMERS_OFFLINE"] = "1"
     env.pop("PYTHONSTARTUP", None)
@@ -412,8 +297,18 @@ def run_driver(command: list[str], env: dict[str, str], log: Path) -> None:
         raise UpstreamRunError(f"{shlex.join(command)} exited {done.returncode}:\n{tail}")
 
 
-def source_commit(source: Path, given: str | None) -> str | None:
-    """``--commit``, else the source's ``git rev-parse HEAD``, else ``None``."""
+def source_manifest(arch: str, source: Path) -> dict[str, Any] | None:
+    """The source's manifest (the hook's ``source_manifest``: each file's commit), if any."""
+    name = hooks(arch).source_manifest
+    if name is None or not (source / name).is_file():
+        return None
+    return json.loads((source / name).read_text())
+
+
+def source_commit(
+    source: Path, given: str | None, manifest: Mapping[str, Any] | None = None
+) -> str | None:
+    """``--commit``, else the source's ``git rev-parse HEAD``, else the manifest's pin."""
     if given:
         return given
     if (source / ".git").exists():
@@ -425,7 +320,7 @@ def source_commit(source: Path, given: str | None) -> str | None:
         )
         if done.returncode == 0:
             return done.stdout.strip()
-    return None
+    return (manifest or {}).get("pin")
 
 
 # -- the comparison ------------------------------------------------------------------------
@@ -496,7 +391,7 @@ def compare_dumps(
     return result
 
 
-# -- our side ------------------------------------------------------------------------------
+# -- the statistics handed to every driver -------------------------------------------------
 
 
 def robot_statistics(std: float = STAT_STD) -> dict[str, dict[str, list[float]]]:
@@ -511,163 +406,6 @@ def robot_statistics(std: float = STAT_STD) -> dict[str, dict[str, list[float]]]
     n = len(default_robot().joint_names)
     part = {"mean": [0.0] * n, "std": [std] * n, "q01": [-2 * std] * n, "q99": [2 * std] * n}
     return {"state": dict(part), "actions": dict(part)}
-
-
-def sentencepiece_tokenizer(path: Path, vocab_size: int = SPM_VOCAB) -> Path:
-    """A small SentencePiece model with PaliGemma's special ids (pad 0, eos 1, bos 2, unk 3).
-
-    The import checks its ids against the token table; the comparison feeds token ids
-    directly, so its pieces do not matter.
-    """
-    import io
-
-    import sentencepiece as spm
-
-    sentences = [
-        "pick up the red block and place it in the bowl",
-        "Task: lift the green block, State: 12 128 255 0 7 64 3;\nAction: ",
-        "open the drawer, push the button, stack the cubes",
-    ]
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences * 20),
-        model_writer=buffer,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-        pad_id=0,
-        eos_id=1,
-        bos_id=2,
-        unk_id=3,
-        user_defined_symbols=["\n"],
-        byte_fallback=True,
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buffer.getvalue())
-    return path
-
-
-def import_upstream_checkpoint(arch: str, ckpt: Path, work: Path, meta: dict[str, Any]) -> Any:
-    """``vla-edge import`` of upstream's checkpoint onto the package's robot; the PolicyDir."""
-    from vla_edge.archs.common import ImportOptions
-    from vla_edge.archs.importer import default_robot, import_checkpoint
-
-    tokenizer_dir = work / "tokenizer"
-    if arch == "smolvla":
-        tokenizer = Path(meta["tokenizer_dir"])
-        sizes = meta["config"]
-        options = ImportOptions(
-            vision_heads=sizes["vision"]["heads"], text_heads=sizes["text"]["heads"]
-        )
-    else:
-        tokenizer = sentencepiece_tokenizer(tokenizer_dir / "tokenizer.model")
-        options = ImportOptions(architecture=arch, vision_heads=meta["config"]["vision"]["heads"])
-    slots = meta["slots"]
-    cameras = {
-        slot: CAMERAS[i] if i < len(CAMERAS) and present else None
-        for i, (slot, present) in enumerate(zip(slots, meta["inputs"]["image_mask"], strict=True))
-    }
-    return import_checkpoint(
-        ckpt,
-        work / "policy",
-        tokenizer,
-        DT_ACTION_S,
-        default_robot(),
-        options=options,
-        cameras=cameras,
-        force=True,
-    )
-
-
-def load_model(policy: Any) -> Any:
-    """The policy directory's weights in our model (the registry's classes), eval mode."""
-    from vla_edge.archs import registry
-
-    arch = registry.get(policy.architecture)
-    model = arch.resolve("model")(policy.config)
-    arch.resolve("load_weights")(policy, model)
-    return model.eval()
-
-
-def run_pi0(model: Any, dump: Mapping[str, np.ndarray], num_steps: int) -> dict[str, np.ndarray]:
-    """Our π0 / π0.5 on upstream's inputs, dumping the intermediates under upstream's names."""
-    import torch
-
-    from vla_edge.archs.pi0 import model as pi0_model
-
-    t = {k.removeprefix("input."): torch.from_numpy(v) for k, v in dump.items() if "input." in k}
-    out: dict[str, np.ndarray] = {}
-    with torch.no_grad():
-        vision = model.embed_images(t["images"])
-        out["vision_features"] = vision.numpy()
-        embs, pad = model.embed_prefix(vision, t["image_mask"], t["token_ids"], t["token_mask"])
-        out["prefix_embeddings"], out["prefix_pad"] = embs.numpy(), pad.numpy()
-        keys, values = model.prefix_cache(embs, pad)
-        for i, (k, v) in enumerate(zip(keys, values, strict=True)):
-            out[f"prefix_keys.{i}"], out[f"prefix_values.{i}"] = k.numpy(), v.numpy()
-        width = model.config.expert.width
-        time_emb = pi0_model.sinusoidal_time_embedding(torch.ones(1), width)
-        velocity = model.velocity(keys, values, pad, t["state"], t["noise"], time_emb)
-        out["first_velocity"] = velocity.numpy()
-        out["actions"] = model.sample_actions(
-            t["images"],
-            t["image_mask"],
-            t["token_ids"],
-            t["token_mask"],
-            t["state"],
-            t["noise"],
-            num_steps=num_steps,
-        ).numpy()
-    return out
-
-
-def stage_order(dump: Mapping[str, np.ndarray]) -> list[str]:
-    """The intermediates in the order the model computes them (``actions`` last)."""
-    layers = sorted({int(k.rsplit(".", 1)[1]) for k in dump if k.startswith("prefix_keys.")})
-    cache = [f"prefix_{kind}.{i}" for i in layers for kind in ("keys", "values")]
-    head = ["vision_features", "prefix_embeddings", "prefix_pad"]
-    return [*head, *cache, "first_velocity", "actions"]
-
-
-def run_smolvla(
-    model: Any, dump: Mapping[str, np.ndarray], num_steps: int
-) -> dict[str, np.ndarray]:
-    """Our SmolVLA on upstream's inputs, dumping the intermediates under upstream's names.
-
-    ``vision_features`` is compared before the ``sqrt(width)`` scale (upstream's
-    ``embed_image`` returns the connector's output; both scale it in the prefix).
-    """
-    import torch
-
-    t = {k.removeprefix("input."): torch.from_numpy(v) for k, v in dump.items() if "input." in k}
-    out: dict[str, np.ndarray] = {}
-    with torch.no_grad():
-        vision = model.embed_images(t["images"])
-        out["vision_features"] = (vision / math.sqrt(vision.shape[-1])).numpy()
-        embs, pad = model.embed_prefix(
-            vision, t["image_mask"], t["token_ids"], t["token_mask"], t["state"]
-        )
-        out["prefix_embeddings"], out["prefix_pad"] = embs.numpy(), pad.numpy()
-        keys, values = model.prefix_cache(embs, pad)
-        for i, (k, v) in enumerate(zip(keys, values, strict=True)):
-            out[f"prefix_keys.{i}"], out[f"prefix_values.{i}"] = k.numpy(), v.numpy()
-        time_emb = model.time_embedding(torch.ones(1))
-        velocity = model.velocity(model.expert_kv(keys, values), pad, t["noise"], time_emb)
-        out["first_velocity"] = velocity.numpy()
-        out["actions"] = model.sample_actions(
-            t["images"],
-            t["image_mask"],
-            t["token_ids"],
-            t["token_mask"],
-            t["state"],
-            t["noise"],
-            num_steps=num_steps,
-        ).numpy()
-    return out
-
-
-OUR_RUNS = {"pi0": run_pi0, "pi05": run_pi0, "smolvla": run_smolvla}
 
 
 # -- the bench -----------------------------------------------------------------------------
@@ -705,7 +443,7 @@ def run_upstream_bench(args: argparse.Namespace) -> dict[str, Any]:
     """The whole bench; the JSON record."""
     t0 = time.perf_counter()
     arch = args.arch
-    upstream = UPSTREAMS[arch]
+    upstream = hooks(arch)
     source = check_source(arch, args.source)
     work = Path(args.work_dir) / arch
     if work.exists():
@@ -727,41 +465,43 @@ def run_upstream_bench(args: argparse.Namespace) -> dict[str, Any]:
     upstream_dir = work / "upstream"
     command = driver_command(arch, upstream_dir, extra)
     t_driver = time.perf_counter()
-    run_driver(command, driver_env(side, run_source), work / "upstream.log")
+    env = driver_env(side, run_source, upstream.source_paths)
+    run_driver(command, env, work / "upstream.log")
     driver_s = time.perf_counter() - t_driver
     meta = json.loads((upstream_dir / "upstream.json").read_text())
     with np.load(upstream_dir / "upstream.npz") as npz:
         dump = {k: npz[k] for k in npz.files}
     t_ours = time.perf_counter()
-    policy = import_upstream_checkpoint(arch, Path(meta["checkpoint"]), work, meta)
-    model = load_model(policy)
-    ours = OUR_RUNS[arch](model, dump, args.num_steps)
+    ours = upstream.run_ours(arch, work, meta, dump, args.num_steps)
     ours_s = time.perf_counter() - t_ours
-    result = compare_dumps(ours, dump, stage_order(dump))
-    command_line = bench_command(args)
+    result = compare_dumps(ours.dumps, dump, ours.order)
+    manifest = source_manifest(arch, source)
+    record_upstream: dict[str, Any] = {
+        "name": upstream.name,
+        "repo": upstream.repo,
+        "commit": source_commit(source, args.commit, manifest),
+        "pinned_commit": upstream.pinned_commit,
+        "model_class": meta.get("model_class"),
+        "transformers": meta.get("transformers"),
+        "torch": meta.get("torch"),
+        "side_packages": list(upstream.packages),
+        "syntax_patches": patches,
+        "notes": meta.get("notes", []),
+        "driver": shlex.join(command).replace(str(upstream_dir), "UPSTREAM_DIR"),
+        "pythonpath": source_pythonpath(upstream.source_paths),
+    }
+    if manifest is not None:
+        record_upstream["source_files"] = manifest.get("files", {})
     return {
         "bench": "upstream",
         "arch": arch,
-        "command": command_line,
+        "command": bench_command(args),
         "pass": result["pass"],
         "actions": result.get("actions"),
         "first_divergence": result["first_divergence"],
-        "upstream": {
-            "name": upstream.name,
-            "repo": upstream.repo,
-            "commit": source_commit(source, args.commit),
-            "pinned_commit": upstream.pinned_commit,
-            "model_class": meta.get("model_class"),
-            "transformers": meta.get("transformers"),
-            "torch": meta.get("torch"),
-            "side_packages": list(upstream.packages),
-            "syntax_patches": patches,
-            "notes": meta.get("notes", []),
-            "driver": shlex.join(command).replace(str(upstream_dir), "UPSTREAM_DIR"),
-            "pythonpath": "SIDE:SOURCE/src",
-        },
-        "ours": {**versions(), "import": "vla_edge.archs.importer.import_checkpoint"},
-        "sizes": {**meta["config"], "our_config": policy.config.model_dump(mode="json")},
+        "upstream": record_upstream,
+        "ours": {**versions(), "import": ours.reader},
+        "sizes": {**meta["config"], "our_config": ours.config},
         "inputs": {**meta["inputs"], "seed": args.seed},
         "stages": result["stages"],
         "stage_rtol": result["stage_rtol"],

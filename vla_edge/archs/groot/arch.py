@@ -91,6 +91,8 @@ ARCHITECTURES = (
             ),
         ),
         export=f"{_GROOT}.programs:EXPORT",
+        bench=f"{_GROOT}.bench:BENCH",
+        upstream=f"{_GROOT}.upstream:ISAAC_GROOT",
         facts=facts,
     ),
 )

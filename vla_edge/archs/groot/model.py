@@ -29,6 +29,7 @@ from torch import nn
 from transformers.models.qwen3_vl import Qwen3VLConfig
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
+from vla_edge.archs.common import count_parameters
 from vla_edge.archs.groot.config import GrootConfig
 from vla_edge.archs.groot.layers import (
     AlternateVLDiT,
@@ -136,9 +137,13 @@ def _host_tables(config: GrootConfig, device: torch.device) -> dict[str, torch.T
     """The constant tables of the vision grid and the prompt layout, on ``device``.
 
     Made on the host (transformers' grid helpers read their sizes there) once at build
-    time, then moved; on ``meta`` they are shapes only.
+    time, then moved; on ``meta`` they are shapes only. Made outside any fake-tensor mode
+    (the FLOP count builds the model under one), whose tensors have no values to size the
+    grid's ``repeat_interleave`` with.
     """
-    with torch.device("cpu"):
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.device("cpu"):
         indices, weights, positions = vision_tables(config.vision)
         layout = slot_layout(config)
     tables = {
@@ -422,11 +427,6 @@ class GrootModel(nn.Module, VisionParts, PrefixParts, ActionParts):
             )
             x_t = x_t + dt * v
         return x_t
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Parameters of ``model`` (each shared tensor once)."""
-    return sum(p.numel() for p in model.parameters())
 
 
 __all__ = [

@@ -76,6 +76,7 @@ def _entry(name: str, title: str) -> Architecture:
         prompts=PROMPTS,
         export=f"{_PI0}.programs:EXPORT",
         bench=f"{_PI0}.bench:BENCH_{name.upper()}",
+        upstream=f"{_PI0}.upstream:OPENPI",
         facts=facts,
         check=check_pi05 if name == "pi05" else check_pi0,
     )

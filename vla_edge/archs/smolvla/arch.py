@@ -61,6 +61,7 @@ ARCHITECTURES = (
         ),
         export=f"{_SMOLVLA}.programs:EXPORT",
         bench=f"{_SMOLVLA}.bench:BENCH",
+        upstream=f"{_SMOLVLA}.upstream:LEROBOT",
         facts=facts,
     ),
 )

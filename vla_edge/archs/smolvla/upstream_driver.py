@@ -1,9 +1,10 @@
 """The LeRobot side of ``vla-edge bench upstream --arch smolvla``, run as a script.
 
-Run by :mod:`vla_edge.bench.upstream` in a side environment (``PYTHONPATH=SIDE:LEROBOT/src``:
-LeRobot's pinned transformers and the packages LeRobot imports that the caller's
-environment lacks). It imports LeRobot, transformers, torch, numpy and safetensors only,
-never ``vla_edge``, so the two transformers versions never meet in one process.
+Named by :mod:`vla_edge.archs.smolvla.upstream` and run by :mod:`vla_edge.bench.upstream`
+in a side environment (``PYTHONPATH=SIDE:LEROBOT/src``: LeRobot's pinned transformers
+and the packages LeRobot imports that the caller's environment lacks). It imports
+LeRobot, transformers, torch, numpy and safetensors only, never ``vla_edge``, so the two
+transformers versions never meet in one process.
 
 What it does, all through LeRobot's own code:
 

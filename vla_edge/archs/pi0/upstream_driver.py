@@ -1,10 +1,10 @@
 """The openpi side of ``vla-edge bench upstream --arch pi0|pi05``, run as a script.
 
-Run by :mod:`vla_edge.bench.upstream` in a side environment (``PYTHONPATH=SIDE:OPENPI/src``:
-transformers 4.53.2 with openpi's ``transformers_replace`` files copied over it, openpi's
-JAX-side imports, torch from the caller's environment). It imports openpi, torch, numpy
-and safetensors only, never ``vla_edge``, so the two transformers versions never meet in
-one process.
+Named by :mod:`vla_edge.archs.pi0.upstream` and run by :mod:`vla_edge.bench.upstream` in
+a side environment (``PYTHONPATH=SIDE:OPENPI/src``: transformers 4.53.2 with openpi's
+``transformers_replace`` files copied over it, openpi's JAX-side imports, torch from the
+caller's environment). It imports openpi, torch, numpy and safetensors only, never
+``vla_edge``, so the two transformers versions never meet in one process.
 
 What it does, all through openpi's own code:
 
