@@ -275,16 +275,31 @@ def render_parity(reports: Sequence[Json]) -> str:
 
 
 def render_upstream(reports: Sequence[Json]) -> str:
-    """Our import against upstream's own code: same weights, observation and noise."""
+    """Our import against upstream's own code: same weights, observation and noise.
+
+    A source rebuilt file by file (its JSON lists ``upstream.source_files``) is marked and
+    named in a note under the table.
+    """
     rows = []
+    rebuilt = []
     for report in reports:
         upstream, actions = report["upstream"], report["actions"]
         stages = report["stages"]
         worst = max(stages, key=lambda name: stages[name]["rel"])
+        files = upstream.get("source_files") or {}
+        mark = " †" if files else ""
+        if files:
+            forks = sum(1 for f in files.values() if f.get("repo") not in (None, upstream["repo"]))
+            markers = sum(1 for f in files.values() if f.get("repo") is None)
+            rebuilt.append(
+                f"{report['arch']}: {len(files)} files, {forks} of them from a fork's copy "
+                f"(the index holds no {upstream['repo']} version), {markers} empty package "
+                f"markers; intermediates {', '.join(f'`{name}`' for name in stages)}"
+            )
         rows.append(
             [
                 report["arch"],
-                f"{upstream['repo']}@{upstream['commit'][:10]}",
+                f"{upstream['repo']}@{upstream['commit'][:10]}{mark}",
                 f"transformers {upstream['transformers']}, torch {upstream['torch']}",
                 f"{report['sizes']['parameters'] / 1e6:.1f} M",
                 f"{len(stages)} (worst `{worst}`: {stages[worst]['rel']:.1e})",
@@ -307,7 +322,16 @@ def render_upstream(reports: Sequence[Json]) -> str:
         "first divergence",
         "",
     ]
-    return _table(header, rows)
+    table = _table(header, rows)
+    if not rebuilt:
+        return table
+    note = (
+        "† the source is a tree rebuilt file by file from a public code index (the "
+        "repository is too large to fetch whole): each file the model imports at the pinned "
+        "commit where the index stores it there, else the version it holds; the JSON names "
+        f"each file's repository and commit (`upstream.source_files`). {'; '.join(rebuilt)}."
+    )
+    return f"{table}\n\n{note}"
 
 
 def _model_label(entry: Json) -> str:
@@ -793,32 +817,66 @@ def render_graph(reports: Sequence[Json]) -> str:
 
 
 def render_graph_vs_virtual(reports: Sequence[Json]) -> str:
-    """The same episodes in virtual time and through the real graph, per task (Wilson 95 %)."""
-    from vla_edge.bench.graph_eval import compare, compare_table
+    """The same episodes in virtual time and through the real graph, per task (Wilson 95 %).
 
-    virtual, graph = reports
-    table = compare_table(compare(virtual, graph), "virtual time", "graph")
-    g = graph["graph"]
-    age, limited = g["chunk_age_ms"], g["safety_limited_ticks"]
-    rows = [
-        ["chunk age at arrival p50 / p99 (ms)", f"{age['p50']:.0f} / {age['p99']:.0f}"],
-        [
-            "chunks accepted / refused as stale",
+    ``reports``: per backend, its virtual-time run at no delay, its graph run and its
+    virtual-time run at a delay near the graph's measured chunk age; torch, then ExecuTorch.
+    """
+    from vla_edge.bench.graph_eval import compare
+
+    backends = (("torch", reports[0:3]), ("ExecuTorch fp32", reports[3:6]))
+
+    def cell(side: Json | None) -> str:
+        if side is None or not side["episodes"]:
+            return "–"
+        lo, hi = side["wilson_95"]
+        return (
+            f"{side['successes']}/{side['episodes']} ({100 * side['rate']:.0f} %, "
+            f"{100 * lo:.0f}–{100 * hi:.0f})"
+        )
+
+    header, columns = ["task"], []
+    for label, (virtual, graph, delayed) in backends:
+        delay = delayed["settings"]["delay_ms"]
+        header += [
+            f"{label}: virtual time",
+            f"{label}: virtual time, {delay:.0f} ms delay",
+            f"{label}: graph",
+        ]
+        columns.append((compare(virtual, graph), compare(delayed, graph)))
+    rows = []
+    for i, row in enumerate(columns[0][0]):
+        line = [row["task"]]
+        for at_zero, at_delay in columns:
+            line += [cell(at_zero[i]["a"]), cell(at_delay[i]["a"]), cell(at_zero[i]["b"])]
+        rows.append(line)
+    figures: list[list[str]] = [
+        ["chunk age at arrival p50 / p99 (ms)"],
+        ["chunks accepted / refused as stale"],
+        ["buffer underruns"],
+        ["controller jitter p99, worst window (ms)"],
+        ["ticks the safety node limited: graph / virtual time"],
+        ["resets that failed (homing)"],
+    ]
+    for _, (virtual, graph, _delayed) in backends:
+        g = graph["graph"]
+        age, limited = g["chunk_age_ms"], g["safety_limited_ticks"]
+        cells = [
+            f"{age['p50']:.0f} / {age['p99']:.0f}",
             f"{g['chunks_accepted']:,.0f} / {g['chunks_rejected_stale']:,.0f}",
-        ],
-        ["buffer underruns", f"{g['buffer_underruns']}"],
-        [
-            "controller jitter p99, worst window (ms)",
+            f"{g['buffer_underruns']}",
             _ms(g["controller_jitter_ms_p99_worst_window"], 2),
-        ],
-        [
-            "ticks the safety node limited: graph / virtual time",
             f"{100 * limited['share']:.2f} % of {limited['ticks']:,} / "
             f"{100 * virtual['safety']['limited_ticks_share']:.2f} %",
-        ],
-        ["resets that failed (homing)", f"{len(g['reset_failures'])}"],
-    ]
-    return table + "\n\n" + _table(["graph", "value"], rows)
+            f"{len(g['reset_failures'])}",
+        ]
+        for figure, value in zip(figures, cells, strict=True):
+            figure.append(value)
+    return (
+        _table(header, rows)
+        + "\n\n"
+        + _table(["graph", *(label for label, _ in backends)], figures)
+    )
 
 
 def render_soak(reports: Sequence[Json]) -> str:
@@ -1203,7 +1261,12 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "upstream",
-        (_r("upstream_pi0.json"), _r("upstream_pi05.json"), _r("upstream_smolvla.json")),
+        (
+            _r("upstream_pi0.json"),
+            _r("upstream_pi05.json"),
+            _r("upstream_smolvla.json"),
+            _r("upstream_groot.json"),
+        ),
         "`vla-edge bench upstream --arch A --source SRC --side SIDE --commit C --seed 0 "
         "--action-horizon 10 --num-steps 10 --json OUT` (each JSON holds its exact line)",
         render_upstream,
@@ -1256,6 +1319,13 @@ TABLES: tuple[Table, ...] = (
         (_r("bench_latency_smolvla_full.json"),),
         "`vla-edge bench latency --arch smolvla --size full --cameras 1,2 --threads 1,2 "
         "--json OUT`",
+        render_full_size,
+    ),
+    Table(
+        "full_size_groot",
+        (_r("bench_latency_groot_full.json"),),
+        "`vla-edge bench latency --arch groot --size full --cameras 1 --threads 2 --backend "
+        "torch --runs 3 --json OUT`",
         render_full_size,
     ),
     Table(
@@ -1348,9 +1418,18 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "graph_vs_virtual",
-        (_r("eval_bundled_virtual_10.json"), _r("eval_bundled_graph_10.json")),
-        "`vla-edge eval --policy bundled --episodes 10 --workers 2 --json OUT` and the same with "
-        "`--graph --threads 1`",
+        (
+            _r("eval_bundled_virtual_10.json"),
+            _r("eval_bundled_graph_10.json"),
+            _r("eval_bundled_virtual_10_delay150.json"),
+            _r("eval_bundled_executorch_virtual_10.json"),
+            _r("eval_bundled_executorch_graph_10.json"),
+            _r("eval_bundled_executorch_virtual_10_delay120.json"),
+        ),
+        "`vla-edge eval --policy P --episodes 10 --workers N --json OUT`, the same with "
+        "`--graph --threads 1` and with `--delay-ms D` (`P`: `bundled`, or its ExecuTorch fp32 "
+        "export by `vla-edge export --checkpoint bundled --backend executorch --quant fp32 "
+        "--out EXPORT`; `D`: near the graph's median chunk age)",
         render_graph_vs_virtual,
     ),
     Table(
@@ -1372,6 +1451,14 @@ TABLES: tuple[Table, ...] = (
         "`vla-edge soak --duration 3600 --policy EXPORT --out OUT` (`EXPORT`: the bundled "
         "model's ExecuTorch fp32 export that `vla-edge soak` makes when no policy is given; "
         "nothing else ran)",
+        render_soak,
+    ),
+    Table(
+        "soak_20m",
+        (_r("soak_bundled_executorch_20m.json"),),
+        "`vla-edge soak --duration 1200 --policy EXPORT --out OUT` (`EXPORT`: the bundled "
+        "model's ExecuTorch fp32 export, as above; other jobs shared the machine "
+        "from about its twelfth minute)",
         render_soak,
     ),
     Table(
