@@ -37,6 +37,41 @@ HF_TOKENIZER_FILES = (
 required); weights or processor files next to them are not."""
 
 
+def write_sentencepiece_model(path: Path, sentences: list[str], vocab_size: int) -> Path:
+    r"""A small SentencePiece model trained on ``sentences``, shaped like PaliGemma's.
+
+    Its special ids are PaliGemma's (pad 0, eos 1, bos 2, unk 3) and ``"\n"`` is one piece;
+    the text is taken as written (no normalisation, no dummy prefix) and byte fallback
+    encodes any other text. For tests and benchmarks that need a tokenizer of the right
+    shape, not a trained one.
+    """
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences * 20),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        minloglevel=2,
+        pad_id=0,
+        eos_id=1,
+        bos_id=2,
+        unk_id=3,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        add_dummy_prefix=False,
+        user_defined_symbols=["\n"],
+        byte_fallback=True,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.getvalue())
+    return path
+
+
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
     """Hex sha256 of a file, read in chunks (a full-size checkpoint is gigabytes)."""
     digest = hashlib.sha256()

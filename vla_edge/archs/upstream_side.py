@@ -70,6 +70,41 @@ def inputs_of(dump: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return {k.removeprefix("input."): torch.from_numpy(v) for k, v in dump.items() if "input." in k}
 
 
+def prefix_model_run(
+    model: Any,
+    inputs: Mapping[str, Any],
+    num_steps: int,
+    dumps: dict[str, np.ndarray],
+    policy: Any,
+    dump: Mapping[str, np.ndarray],
+) -> Any:
+    """A VLM-prefix model's :class:`~vla_edge.archs.architecture.OurRun`.
+
+    ``dumps`` (its intermediates so far) with the actions of its ``sample_actions`` on the
+    driver's inputs and noise, in :func:`prefix_stage_order`.
+    """
+    import torch
+
+    from vla_edge.archs.architecture import OurRun
+
+    with torch.no_grad():
+        dumps["actions"] = model.sample_actions(
+            inputs["images"],
+            inputs["image_mask"],
+            inputs["token_ids"],
+            inputs["token_mask"],
+            inputs["state"],
+            inputs["noise"],
+            num_steps=num_steps,
+        ).numpy()
+    return OurRun(
+        dumps=dumps,
+        order=prefix_stage_order(dump),
+        config=policy.config.model_dump(mode="json"),
+        reader="vla_edge.archs.importer.import_checkpoint",
+    )
+
+
 def prefix_stage_order(dump: Mapping[str, np.ndarray]) -> list[str]:
     """A VLM-prefix model's intermediates in compute order (``actions`` last)."""
     layers = sorted({int(k.rsplit(".", 1)[1]) for k in dump if k.startswith("prefix_keys.")})
@@ -84,5 +119,6 @@ __all__ = [
     "import_onto_robot",
     "inputs_of",
     "load_policy_model",
+    "prefix_model_run",
     "prefix_stage_order",
 ]

@@ -122,36 +122,13 @@ def write_sentencepiece_tokenizer(
     Trained on ``sentences`` (default: the suite's instructions and a π0.5 prompt); byte
     fallback encodes any other text.
     """
-    import io
-
-    import sentencepiece as spm
-
+    from vla_edge.archs.policy_tokenizer import write_sentencepiece_model
     from vla_edge.sim.tasks import TASKS
 
     if sentences is None:
         sentences = [task.instruction for task in TASKS.values()]
         sentences.append("Task: lift the block, State: 12 128 255 0 7 64 3;\nAction: ")
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences * 20),
-        model_writer=model,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-        pad_id=0,
-        eos_id=1,
-        bos_id=2,
-        unk_id=3,
-        normalization_rule_name="identity",
-        remove_extra_whitespaces=False,
-        add_dummy_prefix=False,
-        user_defined_symbols=["\n"],
-        byte_fallback=True,
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(model.getvalue())
-    return path
+    return write_sentencepiece_model(path, sentences, vocab_size)
 
 
 def write_word_tokenizer(out: Path) -> Path:

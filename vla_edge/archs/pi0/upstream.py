@@ -26,33 +26,14 @@ def sentencepiece_tokenizer(path: Path, vocab_size: int = SPM_VOCAB) -> Path:
     The import checks its ids against the token table; the comparison feeds token ids
     directly, so its pieces do not matter.
     """
-    import io
-
-    import sentencepiece as spm
+    from vla_edge.archs.policy_tokenizer import write_sentencepiece_model
 
     sentences = [
         "pick up the red block and place it in the bowl",
         "Task: lift the green block, State: 12 128 255 0 7 64 3;\nAction: ",
         "open the drawer, push the button, stack the cubes",
     ]
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences * 20),
-        model_writer=buffer,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-        pad_id=0,
-        eos_id=1,
-        bos_id=2,
-        unk_id=3,
-        user_defined_symbols=["\n"],
-        byte_fallback=True,
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(buffer.getvalue())
-    return path
+    return write_sentencepiece_model(path, sentences, vocab_size)
 
 
 def run_ours(
@@ -74,7 +55,7 @@ def run_ours(
         import_onto_robot,
         inputs_of,
         load_policy_model,
-        prefix_stage_order,
+        prefix_model_run,
     )
 
     tokenizer = sentencepiece_tokenizer(work / "tokenizer" / "tokenizer.model")
@@ -102,21 +83,7 @@ def run_ours(
         time_emb = pi0_model.sinusoidal_time_embedding(torch.ones(1), width)
         velocity = model.velocity(keys, values, pad, t["state"], t["noise"], time_emb)
         out["first_velocity"] = velocity.numpy()
-        out["actions"] = model.sample_actions(
-            t["images"],
-            t["image_mask"],
-            t["token_ids"],
-            t["token_mask"],
-            t["state"],
-            t["noise"],
-            num_steps=num_steps,
-        ).numpy()
-    return OurRun(
-        dumps=out,
-        order=prefix_stage_order(dump),
-        config=policy.config.model_dump(mode="json"),
-        reader="vla_edge.archs.importer.import_checkpoint",
-    )
+    return prefix_model_run(model, t, num_steps, out, policy, dump)
 
 
 OPENPI = UpstreamHooks(

@@ -41,7 +41,7 @@ def run_ours(
         import_onto_robot,
         inputs_of,
         load_policy_model,
-        prefix_stage_order,
+        prefix_model_run,
     )
 
     sizes = meta["config"]
@@ -72,21 +72,7 @@ def run_ours(
         time_emb = model.time_embedding(torch.ones(1))
         velocity = model.velocity(model.expert_kv(keys, values), pad, t["noise"], time_emb)
         out["first_velocity"] = velocity.numpy()
-        out["actions"] = model.sample_actions(
-            t["images"],
-            t["image_mask"],
-            t["token_ids"],
-            t["token_mask"],
-            t["state"],
-            t["noise"],
-            num_steps=num_steps,
-        ).numpy()
-    return OurRun(
-        dumps=out,
-        order=prefix_stage_order(dump),
-        config=policy.config.model_dump(mode="json"),
-        reader="vla_edge.archs.importer.import_checkpoint",
-    )
+    return prefix_model_run(model, t, num_steps, out, policy, dump)
 
 
 LEROBOT = UpstreamHooks(
