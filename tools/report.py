@@ -576,7 +576,7 @@ def render_side_by_side(reports: Sequence[Json]) -> str:
         jump = max(r["max_boundary_velocity_jump"] for r in per_delay.values())
         median = max(r["median_boundary_velocity_jump"] for r in per_delay.values())
         limited = max(r["limited_ticks_pct"] for r in per_delay.values())
-        out.append([label, *cells, times, f"{median:.2f} / {jump:.2f}", f"{limited:.0f} %"])
+        out.append([label, *cells, times, f"{median:.2f} / {jump:.2f}", f"{limited:.2f} %"])
     header = [
         "scheme",
         *(f"{d:.0f} ms: successes [95 % Wilson]" for d in delays),
@@ -1387,7 +1387,7 @@ TABLES: tuple[Table, ...] = (
     Table(
         "side_by_side",
         (_r("sweep_side_by_side.json"),),
-        "`vla-edge sweep config/sweeps/side_by_side.yaml --out OUT --workers 2` (`sweep.json`)",
+        "`vla-edge sweep config/sweeps/side_by_side_20.yaml --out OUT --workers 2` (`sweep.json`)",
         render_side_by_side,
     ),
     Table(
