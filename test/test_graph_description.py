@@ -210,7 +210,7 @@ def test_diagnostic_status_names_carry_the_namespace_only_under_one():
 
 
 def test_safety_parameter_table_has_a_row_per_limit_with_each_joints_value():
-    """The README's generated table: ``joints.<joint>.<limit>``, as the node declares them."""
+    """docs/NODES.md's generated table: ``joints.<joint>.<limit>``, as the node declares them."""
     from vla_edge.nodes.reference import parameters_table
 
     rows = parameters_table("safety_node").splitlines()

@@ -161,3 +161,20 @@ def test_the_report_is_a_docs_tool_not_a_vla_edge_command(capsys):
 def test_without_a_results_md_under_the_root_the_tool_says_so(tmp_path, capsys):
     assert main(["--check", "--root", str(tmp_path)]) == 2
     assert f"no docs/RESULTS.md under --root {tmp_path}" in capsys.readouterr().err
+
+
+def test_nodes_md_holds_each_nodes_full_parameter_table(repo_copy):
+    """README.md lists each node's parameters on one line; docs/NODES.md holds the tables."""
+    nodes = repo_copy / report.NODES_MD
+    names = [t.name for t in report.NODES_REFERENCE]
+    nodes.write_text(
+        "# Nodes\n\n"
+        + "".join(f"<!-- report:{n} -->\nstale\n<!-- /report:{n} -->\n" for n in names)
+    )
+    assert "docs/NODES.md: table 'params_full_safety_node' differs from the code" in (
+        report.check(repo_copy)
+    )
+    assert report.rewrite(repo_copy) == []
+    table = _block(nodes.read_text(), "params_full_controller_node")
+    assert "| parameter | type | bounds |" in table and "`max_chunk_age_s`" in table
+    assert report.check(repo_copy) == []

@@ -30,6 +30,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_MD = "docs/RESULTS.md"
 README_MD = "README.md"
+NODES_MD = "docs/NODES.md"
 BUNDLED_EVAL = "vla_edge/models/bundled/eval.json"
 SOAK_RESULT = "soak_bundled_executorch_1h.json"
 """The one-hour soak (`vla-edge soak`), cited by its table and the summary."""
@@ -1514,6 +1515,8 @@ def _reference(kind: str, node: str = "") -> Render:
             return reference.graph_mermaid()
         if kind == "ports":
             return reference.ports_table(node)
+        if kind == "params":
+            return reference.parameters_brief(node)
         return reference.parameters_table(node)
 
     return render
@@ -1530,7 +1533,13 @@ REFERENCE: tuple[Table, ...] = (
     ),
 )
 
-REGISTRY: dict[str, Table] = {t.name: t for t in (*TABLES, SUMMARY, *REFERENCE)}
+# docs/NODES.md's full parameter tables (README.md holds one line per node).
+NODES_REFERENCE: tuple[Table, ...] = tuple(
+    Table(f"params_full_{n}", (), "", _reference("params_full", n), footer="")
+    for n in (*REFERENCE_NODES, "fault_injector_node")
+)
+
+REGISTRY: dict[str, Table] = {t.name: t for t in (*TABLES, SUMMARY, *REFERENCE, *NODES_REFERENCE)}
 
 
 # ---------------------------------------------------------------- rewriting
@@ -1610,6 +1619,9 @@ def documents(root: Path) -> list[tuple[str, list[str]]]:
     readme = root / README_MD
     if readme.is_file() and "<!-- report:" in readme.read_text():
         docs.append((README_MD, [SUMMARY.name, *(t.name for t in REFERENCE)]))
+    nodes = root / NODES_MD
+    if nodes.is_file() and "<!-- report:" in nodes.read_text():
+        docs.append((NODES_MD, [t.name for t in NODES_REFERENCE]))
     return docs
 
 

@@ -6,8 +6,9 @@
 * each node's parameters come from its pydantic config model (type, bounds,
   description) and the value its shipped parameter file sets.
 
-``python tools/report.py`` (``make docs``) writes these blocks into README.md and
-``--check`` (``make docs-check``) fails when one no longer matches the code.
+``python tools/report.py`` (``make docs``) writes these blocks into README.md (each node's
+parameters as one line) and docs/NODES.md (their full tables), and ``--check`` (``make
+docs-check``) fails when one no longer matches the code.
 """
 
 from __future__ import annotations
@@ -96,6 +97,23 @@ def _bounds_text(field: FieldInfo) -> str:
 
 def parameters_table(node: str) -> str:
     """Every parameter of ``node``: type, bounds, the shipped file's value, meaning."""
+    rows = _parameter_rows(node)
+    return _table(["parameter", "type", "bounds", f"`{NODE_CONFIGS[node][1]}`", "meaning"], rows)
+
+
+def parameters_brief(node: str) -> str:
+    """Every parameter of ``node`` with the shipped file's value, one line (README)."""
+    path = NODE_CONFIGS[node][1]
+    rows = _parameter_rows(node)
+    names = ", ".join(f"{n} = {v}" if v != "–" else n for n, *_, v, _ in rows)
+    return (
+        f"Parameters (`{path}`; type, bounds and meaning of each in "
+        f"[docs/NODES.md](docs/NODES.md)): {names}."
+    )
+
+
+def _parameter_rows(node: str) -> list[list[str]]:
+    """:func:`parameters_table`'s rows: name, type, bounds, shipped value, meaning."""
     model, path = NODE_CONFIGS[node]
     shipped = load_yaml_file(share_dir() / path).get(node, {}).get("ros__parameters", {})
     shipped = nest_parameters(model, shipped)
@@ -115,7 +133,7 @@ def parameters_table(node: str) -> str:
                 _text(field.description or ""),
             ]
         )
-    return _table(["parameter", "type", "bounds", f"`{path}`", "meaning"], rows)
+    return rows
 
 
 def _mapping_rows(
