@@ -321,3 +321,58 @@ def test_vla_edge_export_policy_8da8w_programs_are_delegated_and_close_to_eager(
         got.append(chained_actions(manifest, programs, host, noise.numpy()))
         want.append(run_stages(reference, **host, noise=noise[None]).numpy()[0])
     assert worst_fraction_of_range(np.stack(got), np.stack(want)) <= QUANT_BOUND
+
+
+def test_a_low_memory_export_reads_each_stage_alone_and_makes_the_same_programs(
+    imported_policy, tmp_path
+) -> None:
+    """``--low-memory``: one process per stage, each reading only its stage's tensors (a
+    full-size GR00T's whole-model export does not fit in 24 GiB); the stage a process loads
+    equals the whole load's, and the programs chain to the whole export's actions."""
+    from stage_chain import chained_actions, open_stage_programs
+
+    from vla_edge.archs.groot import build_stages
+    from vla_edge.archs.groot.stages import STAGE_NAMES
+    from vla_edge.cli import main
+    from vla_edge.export.architecture import load_policy_model
+    from vla_edge.export.manifest import load_manifest
+
+    _, whole = load_policy_model(imported_policy)
+    alone = {}
+    for stage in STAGE_NAMES:
+        _, model = load_policy_model(imported_policy, stage=stage)
+        alone[stage] = build_stages(model).modules()[stage].state_dict()
+        want = build_stages(whole).modules()[stage].state_dict()
+        assert alone[stage].keys() == want.keys(), stage
+        assert all(torch.equal(alone[stage][k], want[k]) for k in want), stage
+    # every tensor of the file belongs to exactly one stage
+    keys = [k for tensors in alone.values() for k in tensors]
+    assert len(keys) == len(set(keys)) == len(whole.state_dict())
+
+    outs = {}
+    for name, extra in (("whole", []), ("apart", ["--low-memory"])):
+        outs[name] = tmp_path / name
+        argv = ["export", "--policy", str(imported_policy), "--backend", "onnx"]
+        assert main([*argv, "--out", str(outs[name]), *extra]) == 0, name
+    whole_m, apart_m = load_manifest(outs["whole"]).data, load_manifest(outs["apart"]).data
+    for stage in STAGE_NAMES:
+        w, a = whole_m["stages"][stage], apart_m["stages"][stage]
+        assert a["check_max_abs"] is None and w["check_max_abs"] is not None
+        assert a["inputs"] == w["inputs"] and a["outputs"] == w["outputs"], stage
+        assert a.get("repeat") == w.get("repeat"), stage
+    assert not list(outs["apart"].glob("*.entry.json"))
+    c = whole.config
+    gen = torch.Generator().manual_seed(5)
+    size = c.vision.image_size
+    host = {
+        "images": torch.rand(c.n_slots, 3, size, size, generator=gen) * 2 - 1,
+        "image_mask": torch.ones(c.n_slots),
+        "token_ids": torch.randint(0, 300, (1, c.max_token_len), generator=gen),
+        "token_mask": (torch.arange(c.max_token_len) < 6)[None].float(),
+        "state": torch.randn(1, c.max_state_dim, generator=gen) * 0.5,
+    }
+    noise = torch.randn(c.action_horizon, c.max_action_dim, generator=gen).numpy()
+    chunks = {
+        name: chained_actions(*open_stage_programs(out), host, noise) for name, out in outs.items()
+    }
+    np.testing.assert_allclose(chunks["apart"], chunks["whole"], atol=1e-6)

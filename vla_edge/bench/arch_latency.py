@@ -67,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arch",
         default=None,
-        help="pi0, pi05 or smolvla: that architecture with random weights instead of the "
-        "bundled checkpoint",
+        help="a registered architecture with a benchmark hook (its folder under archs/): "
+        "that architecture with random weights instead of the bundled checkpoint",
     )
     parser.add_argument("--size", default="full", help="with --arch: full or small")
     parser.add_argument(

@@ -111,8 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--low-memory",
         action="store_true",
-        help="--policy pi0 / pi05: export each stage in its own process that reads only its "
-        "weights (a full-size π0 in 24 GiB; the programs are checked by the parity gate only)",
+        help="--policy of an architecture that reads one stage's weights (π0, π0.5, GR00T): "
+        "export each stage in its own process that reads only its weights (a full-size π0 "
+        "in 24 GiB; the programs are checked by the parity gate only)",
     )
     gate = parser.add_argument_group("parity gate")
     gate.add_argument(
@@ -192,7 +193,10 @@ def _export_checkpoint(args: argparse.Namespace) -> Callable[[], Mapping[str, An
         if value is not None:
             raise ConfigError(f"{flag} is for --policy (a policy directory's kinematics)")
     if args.low_memory:
-        raise ConfigError("--low-memory is for --policy (a π0 / π0.5 policy directory)")
+        raise ConfigError(
+            "--low-memory is for --policy (a policy directory whose architecture reads one "
+            "stage's weights)"
+        )
     checkpoint: Path | None
     if args.untrained_config is not None:
         model = untrained_model(args.untrained_config, args.flow_steps)

@@ -3,7 +3,10 @@
 :data:`EXPORT` is what :mod:`vla_edge.export.architecture` reads (named by :mod:`.arch`):
 the stage modules themselves (:mod:`.stages`) for ONNX and torch, for ExecuTorch their copies
 with the constant tables as buffers (:mod:`.xnnpack`), the contract of
-:mod:`.processor`, and a policy directory's model with its weights.
+:mod:`.processor`, and a policy directory's model, whole or (``stage``) with one stage's
+weights only: a full-size GR00T N1.7 holds 12 GB of fp32 weights, and lowering its fusion
+to 8da8w peaks at about 17 GiB beside them, so ``--low-memory`` exports each stage in a
+process of its own.
 """
 
 from __future__ import annotations
@@ -98,13 +101,16 @@ def load_policy_model(
 ) -> tuple[Any, GrootModel]:
     """A GR00T policy directory and its model with the directory's weights.
 
+    ``stage``: only that stage's weights are read; the rest of the model is allocated but
+    never written (:func:`~vla_edge.archs.common.without_default_init`), so not resident.
+
     Raises:
-        ConfigError: as :func:`checked_policy`; a stage (the whole model is loaded).
+        ConfigError: as :func:`checked_policy`; an unknown stage.
     """
     from vla_edge.archs.groot.checkpoint import load_weights
 
     return load_policy_model_with(
-        path, POLICY, GrootModel, load_weights, flow_steps, stage, verify_sha256
+        path, POLICY, GrootModel, load_weights, flow_steps, stage, verify_sha256, build_stages
     )
 
 
@@ -119,5 +125,6 @@ EXPORT = ExportHooks(
     executorch_stages="vla_edge.archs.groot.xnnpack",
     hash_tokenizer_files=True,
     check_tokenizer=processor.check_tokenizer,
+    low_memory=True,
 )
 """GR00T's export hooks (:attr:`vla_edge.archs.architecture.Architecture.export`)."""
