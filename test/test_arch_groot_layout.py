@@ -295,8 +295,14 @@ def test_relative_action_groups_take_the_relative_statistics(checkpoint_dir):
     (checkpoint_dir / "statistics.json").write_text(json.dumps(statistics))
     section = read(checkpoint_dir, embodiment=TAG).normalisation
     assert section["relative_action_keys"] == ["eef"]
-    assert section["actions"]["q01"][0] == pytest.approx(99.1)  # relative eef
-    assert section["actions"]["q01"][6] == pytest.approx(11.0 - 0.9)  # absolute gripper
+    # the relative eef group by its min / max even with use_percentiles, as upstream reads it
+    actions = section["actions"]
+    assert [(g["key"], g["kind"]) for g in actions["groups"]] == [
+        ("eef", "min_max"),
+        ("gripper", "quantile"),
+    ]
+    assert actions["q01"][0] == pytest.approx(99.0)  # the relative eef's min, not its q01
+    assert actions["q01"][6] == pytest.approx(11.0 - 0.9)  # the absolute gripper's q01
 
 
 def test_from_upstream_drops_only_the_lm_head(tiny):

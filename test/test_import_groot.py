@@ -25,7 +25,7 @@ from vla_edge.archs.groot.checkpoint import (
     read_checkpoint,
 )
 from vla_edge.archs.groot.config import QWEN3_VL_VOCAB_SIZE
-from vla_edge.archs.groot.processor import RANGE_FLOOR, policy_normalisation
+from vla_edge.archs.groot.processor import policy_normalisation
 from vla_edge.archs.groot.prompt import CLOSING, GrootPromptTokenizer
 from vla_edge.archs.importer import default_robot, import_checkpoint
 from vla_edge.archs.normalisation import codec_from_section
@@ -229,6 +229,33 @@ def test_import_writes_a_policy_directory_with_groots_prompt_that_loads(
     assert (ids[0, n:] == reference.token_to_id("<|endoftext|>")).all()
 
 
+def test_the_manifest_section_of_an_imported_policy_keeps_the_state_clip_and_bounds(
+    checkpoint, tokenizer, tmp_path
+) -> None:
+    """The state clip (``clip_outliers``) and the output bounds the import writes reach the
+    section an export's manifest gets, cut or padded to the program's widths: beyond the
+    statistics no clip and no bound."""
+    run_import(checkpoint, tokenizer, tmp_path / "policy", embodiment=TAG)
+    policy = load_policy_dir(tmp_path / "policy")
+    state, actions = policy.normalisation["state"], policy.normalisation["actions"]
+    n_state, n_actions = len(state["q01"]), len(actions["q01"])
+    assert "clip" in state and any(state["clip"])
+    assert "low" in actions and "high" in actions
+    section = policy.manifest_normalisation(n_state + 2, n_actions + 1)
+    assert section["state"]["clip"] == [*state["clip"], False, False]
+    assert section["actions"]["low"][:n_actions] == actions["low"]
+    assert section["actions"]["high"][:n_actions] == actions["high"]
+    assert section["actions"]["low"][-1] < -1e300 < 1e300 < section["actions"]["high"][-1]
+    codec = codec_from_section(section, state_dim=None, action_dim=None)
+    far = np.full(n_state + 2, 1e6)
+    got = codec.normalize_state(far)
+    clipped = np.array([*state["clip"], False, False])
+    assert np.all(got[clipped] == 1.0) and np.all(got[~clipped] > 1.0)
+    cut = policy.manifest_normalisation(n_state - 1, n_actions - 1)
+    assert cut["state"]["clip"] == state["clip"][:-1]
+    assert cut["actions"]["high"] == actions["high"][:-1]
+
+
 def test_missing_statistics_refuse_the_import(checkpoint, tokenizer, tmp_path) -> None:
     import shutil
 
@@ -240,13 +267,36 @@ def test_missing_statistics_refuse_the_import(checkpoint, tokenizer, tmp_path) -
     assert not (tmp_path / "out").exists()
 
 
-def upstream_normalise(x: np.ndarray, group: dict) -> np.ndarray:
-    """Isaac-GR00T's ``StateActionProcessor`` formula (without its clip), one group."""
+def upstream_state(x: np.ndarray, group: dict, clip: bool) -> np.ndarray:
+    """Isaac-GR00T's state rule for one group (``apply_state``, ``gr00t/data/utils.py``),
+    restated: ``mean_std`` groups by z-score, unclipped; the others ``2 (x - lo) / (hi - lo)
+    - 1``, 0 where ``np.isclose(hi, lo)``, then clipped to [-1, 1] when ``clip``."""
     if group["kind"] == "mean_std":
         return (x - np.asarray(group["mean"])) / np.asarray(group["std"])
     lo, hi = ("min", "max") if group["kind"] == "min_max" else ("q01", "q99")
     lo, hi = np.asarray(group[lo]), np.asarray(group[hi])
-    return 2.0 * (x - lo) / np.maximum(hi - lo, RANGE_FLOOR) - 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(np.isclose(hi, lo), 0.0, 2.0 * (x - lo) / (hi - lo) - 1.0)
+    return np.clip(out, -1.0, 1.0) if clip else out
+
+
+def upstream_decode(a: np.ndarray, group: dict) -> np.ndarray:
+    """Isaac-GR00T's action output rule for one group (``unapply_action``), restated: the
+    model's value clipped to [-1, 1] then mapped onto ``[lo, hi]``; ``mean_std``: ``a std +
+    mean``, unclipped."""
+    if group["kind"] == "mean_std":
+        return a * np.asarray(group["std"]) + np.asarray(group["mean"])
+    lo, hi = ("min", "max") if group["kind"] == "min_max" else ("q01", "q99")
+    lo, hi = np.asarray(group[lo]), np.asarray(group[hi])
+    return (np.clip(a, -1.0, 1.0) + 1.0) / 2.0 * (hi - lo) + lo
+
+
+def per_group(x: np.ndarray, groups: dict, upstream_groups: list, rule) -> np.ndarray:
+    """``rule(columns, group)`` on each group's columns of ``x``, concatenated."""
+    ends = np.cumsum([0, *groups.values()])
+    return np.concatenate(
+        [rule(x[:, ends[i] : ends[i + 1]], g) for i, g in enumerate(upstream_groups)], axis=1
+    )
 
 
 @pytest.mark.parametrize("use_percentiles", [True, False])
@@ -257,6 +307,7 @@ def test_every_upstream_kind_is_the_policy_schemas_affine_map(
     processor = json.loads((root / PROCESSOR_NAME).read_text())
     kwargs = processor["processor_kwargs"]
     kwargs["modality_configs"][TAG]["state"]["mean_std_embedding_keys"] = ["gripper"]
+    kwargs["modality_configs"][TAG]["action"]["mean_std_embedding_keys"] = ["gripper"]
     (root / PROCESSOR_NAME).write_text(json.dumps(processor))
     stats = json.loads((root / "statistics.json").read_text())
     stats[TAG]["state"]["eef"]["max"][0] = stats[TAG]["state"]["eef"]["min"][0]  # zero range
@@ -267,23 +318,17 @@ def test_every_upstream_kind_is_the_policy_schemas_affine_map(
     check_normalisation(section, "policy.yaml")
     codec = codec_from_section(section, state_dim=None, action_dim=None)
     rng = np.random.default_rng(0)
-    for part, groups in (("state", STATE_GROUPS), ("actions", ACTION_GROUPS)):
-        width = sum(groups.values())
-        x = rng.normal(0.0, 3.0, (5, width))
-        want = np.concatenate(
-            [
-                upstream_normalise(
-                    x[:, sum(list(groups.values())[:i]) : sum(list(groups.values())[: i + 1])], g
-                )
-                for i, g in enumerate(upstream[part]["groups"])
-            ],
-            axis=1,
-        )
-        if part == "state":
-            got = codec.normalize_state(x)
-        else:  # no delta dimension: the state does not enter
-            got = codec.encode_actions(x[:, None, :], np.zeros((5, 8)))[:, 0]
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)  # float32 out
+    x = rng.normal(0.0, 3.0, (5, sum(STATE_GROUPS.values())))
+    x[:, 0] = stats[TAG]["state"]["eef"]["min"][0] + rng.normal(0.0, 1.0, 5)
+    want = per_group(
+        x, STATE_GROUPS, upstream["state"]["groups"], lambda v, g: upstream_state(v, g, True)
+    )
+    np.testing.assert_allclose(codec.normalize_state(x), want, rtol=1e-6, atol=1e-6)
+    assert np.all(codec.normalize_state(x)[:, 0] == 0.0)  # the empty range reads as 0
+    a = rng.normal(0.0, 1.5, (5, sum(ACTION_GROUPS.values())))  # beyond [-1, 1] too
+    want = per_group(a, ACTION_GROUPS, upstream["actions"]["groups"], upstream_decode)
+    got = codec.decode_actions(a[:, None, :], np.zeros((5, 8)))[:, 0]  # no delta dimension
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
     assert [g["kind"] for g in section["state"]["groups"]] == [
         "quantile" if use_percentiles else "min_max",
         "mean_std",
@@ -305,8 +350,8 @@ def test_groots_prompt_refuses_a_tokenizer_without_the_chat_layouts_tokens(tmp_p
     with pytest.raises(ManifestMismatchError, match=r"lacks the chat template's special tokens"):
         GrootPromptTokenizer(root, 8)
     qwen = write_qwen_tokenizer(tmp_path / "qwen")
-    with pytest.raises(ManifestMismatchError, match=r"host.token_ids.shape\[1\] = 2: fewer slots"):
-        GrootPromptTokenizer(qwen, 2)
+    with pytest.raises(ManifestMismatchError, match=r"host.token_ids.shape\[1\] = 1: fewer slots"):
+        GrootPromptTokenizer(qwen, 1)  # the closing is <|im_end|> and a newline
 
 
 def test_groots_prompt_cuts_the_instruction_so_the_closing_always_fits(tokenizer) -> None:

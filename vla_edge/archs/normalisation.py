@@ -15,10 +15,12 @@ with one):
 ``delta_actions[j]`` makes dimension ``j`` of the chunk relative to state
 dimension ``j`` before normalising (and absolute again after decoding), as
 openpi's ``DeltaActions`` does, so ``j < S``; ``actions.low`` / ``actions.high``,
-when given, clip the decoded absolute targets. Section::
+when given, clip the decoded absolute targets; ``state.clip``, when given, clips
+dimension ``j`` of the normalised state to [-1, 1] where ``clip[j]`` is true
+(GR00T's ``clip_outliers``; absent: no clip). Section::
 
     {"kind": "mean_std", "epsilon": 0.0,
-     "state": {"mean": [S], "std": [S]},
+     "state": {"mean": [S], "std": [S], "clip": [S bools]},
      "actions": {"mean": [A], "std": [A], "low": [A], "high": [A]},
      "delta_actions": [A bools]}
 
@@ -53,6 +55,7 @@ class HostCodec:
         delta_actions: np.ndarray,
         low: np.ndarray | None = None,
         high: np.ndarray | None = None,
+        state_clip: np.ndarray | None = None,
     ) -> None:
         self.kind = kind
         self.epsilon = float(epsilon)
@@ -60,6 +63,7 @@ class HostCodec:
         self.actions = actions
         self.delta_mask = np.asarray(delta_actions, dtype=bool)
         self.low, self.high = low, high
+        self.state_clip = None if state_clip is None else np.asarray(state_clip, dtype=bool)
 
     def _forward(self, x: np.ndarray, stats: dict[str, np.ndarray]) -> np.ndarray:
         if self.kind == "mean_std":
@@ -96,8 +100,11 @@ class HostCodec:
         return np.where(self.delta_mask, state, 0.0)
 
     def normalize_state(self, state: np.ndarray) -> np.ndarray:
-        """``[..., S]`` state -> normalised state (float32)."""
-        return self._forward(np.asarray(state, dtype=np.float64), self.state).astype(np.float32)
+        """``[..., S]`` state -> normalised state (float32), clipped where ``state.clip`` says."""
+        normalised = self._forward(np.asarray(state, dtype=np.float64), self.state)
+        if self.state_clip is not None:
+            normalised = np.where(self.state_clip, np.clip(normalised, -1.0, 1.0), normalised)
+        return normalised.astype(np.float32)
 
     def to_relative(self, actions: np.ndarray, state: np.ndarray) -> np.ndarray:
         """Subtract the state from the delta dimensions of a chunk ``[..., H, A]``."""
@@ -217,8 +224,32 @@ def codec_from_section(section: Any, *, state_dim: int | None, action_dim: int |
                 f"actions.high = {high.tolist()}"
             )
     return HostCodec(
-        kind, float(epsilon), stats["state"], stats["actions"], np.asarray(delta), low, high
+        kind,
+        float(epsilon),
+        stats["state"],
+        stats["actions"],
+        np.asarray(delta),
+        low,
+        high,
+        _state_clip(section["state"], n_state),
     )
+
+
+def _state_clip(state: dict[str, Any], n_state: int) -> np.ndarray | None:
+    """``state.clip``: ``n_state`` booleans, or ``None`` when the field is absent."""
+    if "clip" not in state:
+        return None
+    clip = state["clip"]
+    if (
+        not isinstance(clip, list)
+        or len(clip) != n_state
+        or not all(isinstance(c, bool) for c in clip)
+    ):
+        raise ManifestMismatchError(
+            f"field normalisation.state.clip = {clip!r}, expected {n_state} booleans (one per "
+            "state statistic: true clips that dimension of the normalised state to [-1, 1])"
+        )
+    return np.asarray(clip, dtype=bool)
 
 
 def mean_std_section(

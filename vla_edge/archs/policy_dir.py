@@ -60,6 +60,7 @@ the runner (:class:`vla_edge.actions.StateSpace`), which this layer does not imp
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,8 +189,10 @@ class PolicyDir:
         state_dim = self.state_width if state_dim is None else state_dim
         action_dim = self.action_width if action_dim is None else action_dim
         identity = {"mean": 0.0, "std": 1.0, "q01": -1.0, "q99": 1.0}
+        # beyond the statistics: no clip of the state, no bound on the actions
+        identity.update({"clip": False, "low": -sys.float_info.max, "high": sys.float_info.max})
 
-        def cut(part: Mapping[str, Any], n: int) -> dict[str, list[float]]:
+        def cut(part: Mapping[str, Any], n: int) -> dict[str, list[Any]]:
             return {
                 k: [*v[:n], *[identity[k]] * max(0, n - len(v))]
                 for k, v in part.items()

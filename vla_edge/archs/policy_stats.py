@@ -58,6 +58,40 @@ def check_part(part: Mapping[str, Any], epsilon: float, where: str) -> None:
             f"{where}[{i}]: {what} = {width[i]} must be > 0 (a negative width; "
             f"{bad.size} such dimensions)"
         )
+    _check_bounds(part, lo.size, where)
+
+
+def _check_bounds(part: Mapping[str, Any], n: int, where: str) -> None:
+    """A part's optional ``clip`` and ``low`` / ``high``.
+
+    ``clip``: ``n`` booleans; ``low`` / ``high``: ``n`` finite values each, ``low <= high``.
+    """
+    if "clip" in part:
+        clip = part["clip"]
+        if (
+            not isinstance(clip, list)
+            or len(clip) != n
+            or not all(isinstance(c, bool) for c in clip)
+        ):
+            raise NormStatsError(
+                f"{where}.clip = {clip!r}: expected {n} booleans (one per statistic: true clips "
+                "that dimension of the normalised value to [-1, 1])"
+            )
+    if ("low" in part) != ("high" in part):
+        given, missing = ("low", "high") if "low" in part else ("high", "low")
+        raise NormStatsError(f"{where}: {given} without {missing} (the bounds come in pairs)")
+    if "low" in part:
+        low = np.asarray(stat_vector(part.get("low"), f"{where}.low"))
+        high = np.asarray(stat_vector(part.get("high"), f"{where}.high"))
+        if low.size != n or high.size != n:
+            raise NormStatsError(
+                f"{where}: low has {low.size} values and high {high.size}: expected {n}, one "
+                "per statistic"
+            )
+        bad = np.flatnonzero(low > high)
+        if bad.size:
+            i = int(bad[0])
+            raise NormStatsError(f"{where}[{i}]: low = {low[i]} > high = {high[i]}")
 
 
 def make_normalisation(

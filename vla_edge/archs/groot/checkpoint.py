@@ -27,18 +27,19 @@ file under this package's names, and :func:`load_weights` loads a policy directo
 the checkpoint's own) weights strictly.
 
 Normalisation (upstream's ``StateActionProcessor``): per joint group, in the order the
-embodiment's ``modality_configs`` list the groups, ``2 * (x - lo) / max(hi - lo, 1e-8) - 1``
-clipped to [-1, 1] when ``clip_outliers``, with ``(lo, hi)`` the ``q01``/``q99`` when
-``use_percentiles`` and ``min``/``max`` otherwise; a group named in the modality's
-``mean_std_embedding_keys`` is ``(x - mean) / std`` instead. :func:`n17_normalisation`
-reads it as upstream applies it; :func:`read_checkpoint` returns it in the policy
-directory's schema (:func:`vla_edge.archs.groot.processor.policy_normalisation`: each kind
-is the same affine map, written as ``quantile`` with ``epsilon`` 0).
+embodiment's ``modality_configs`` list the groups, ``2 * (x - lo) / (hi - lo) - 1`` (0 where
+``np.isclose(hi, lo)``), the state clipped to [-1, 1] when ``clip_outliers``, with
+``(lo, hi)`` the ``q01``/``q99`` when ``use_percentiles`` and ``min``/``max`` otherwise; a
+group named in the modality's ``mean_std_embedding_keys`` is ``(x - mean) / std`` instead.
+:func:`n17_normalisation` reads it as upstream applies it; :func:`read_checkpoint` returns
+it in the policy directory's schema (:func:`vla_edge.archs.groot.processor.
+policy_normalisation`: each kind is the same affine map, written as ``quantile`` with
+``epsilon`` 0, the clip as ``state.clip`` and ``actions.low`` / ``actions.high``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ ARCHITECTURE = "groot"
 MODEL_TYPE = "Gr00tN1d7"
 
 RANGE_FLOOR = 1e-8
-"""Upstream's smallest normalisation range (``np.maximum(max - min, 1e-8)``)."""
+"""The smallest action range the policy schema is written with (see ``processor``)."""
 VISION_HEADS_BY_WIDTH = {1024: 16, 1152: 16}
 """Qwen3-VL vision heads for a hidden width (Qwen3-VL-2B / -8B); others: ``--vision-heads``."""
 N15_PROJECTOR_INDEX = {"gr1": 24, "oxe_droid": 17, "agibot_genie1": 26, "new_embodiment": 31}
@@ -371,6 +372,12 @@ def _vector(stats: Any, name: str, where: str) -> list[float]:
         raise NormStatsError(f"{where}.{name} is missing")
     values = stats[name]
     values = values if isinstance(values, list) else [values]
+    if any(isinstance(v, list) for v in values):
+        raise NormStatsError(
+            f"{where}.{name} holds one list per step (per-step statistics, as upstream's "
+            "relative_action statistics are written); the policy schema holds one value per "
+            "dimension"
+        )
     try:
         out = [float(v) for v in values]
     except (TypeError, ValueError) as exc:
@@ -381,18 +388,28 @@ def _vector(stats: Any, name: str, where: str) -> list[float]:
 
 
 def normalisation_part(
-    stats: Any, keys: list[str], mean_std_keys: set[str], base_kind: str, where: str
+    stats: Any,
+    keys: list[str],
+    mean_std_keys: set[str],
+    base_kind: str,
+    where: str,
+    min_max_keys: Collection[str] = (),
 ) -> dict[str, Any]:
     """One part (state or actions): each group's kind and statistics, in ``keys`` order.
 
-    A part whose groups all share a kind also carries the concatenated vectors under the
-    kind's names (``min``/``max``, ``q01``/``q99`` or ``mean``/``std``).
+    ``min_max_keys``: groups mapped by ``min``/``max`` whatever ``base_kind`` (upstream's
+    relative action groups, whose ``relative_action`` statistics it reads that way even
+    with ``use_percentiles``). A part whose groups all share a kind also carries the
+    concatenated vectors under the kind's names (``min``/``max``, ``q01``/``q99`` or
+    ``mean``/``std``).
     """
     if not isinstance(stats, Mapping):
         raise NormStatsError(f"{where} is missing")
     groups = []
     for key in keys:
-        kind = "mean_std" if key in mean_std_keys else base_kind
+        kind = (
+            "mean_std" if key in mean_std_keys else "min_max" if key in min_max_keys else base_kind
+        )
         lo_name, hi_name = STAT_NAMES[kind]
         lo = _vector(stats.get(key), lo_name, f"{where}.{key}")
         hi = _vector(stats.get(key), hi_name, f"{where}.{key}")
@@ -441,17 +458,62 @@ def relative_action_keys(processor: Mapping[str, Any], tag: str) -> list[str]:
     ]
 
 
+def sincos_state_keys(processor: Mapping[str, Any], tag: str) -> list[str]:
+    """The state groups upstream encodes as ``[sin, cos]`` (``apply_sincos_state_encoding``)."""
+    if not processor.get("apply_sincos_state_encoding"):
+        return []
+    state = ((processor.get("modality_configs") or {}).get(tag) or {}).get("state") or {}
+    return list(state.get("sin_cos_embedding_keys") or [])
+
+
+def excludes_state(processor: Mapping[str, Any], tag: str) -> bool:
+    """Upstream feeds a zero state: ``exclude_state`` on the processor or the state config."""
+    state = ((processor.get("modality_configs") or {}).get(tag) or {}).get("state") or {}
+    return bool(processor.get("exclude_state") or state.get("exclude_state"))
+
+
+def check_single_step(processor: Mapping[str, Any], tag: str, source: str) -> None:
+    """Refuse an embodiment whose video or state spans several steps.
+
+    Upstream feeds every step (``T`` frames per camera, ``T`` state rows); the programs
+    built here read one frame per camera slot and one state.
+
+    Raises:
+        CheckpointError: ``modality_configs.<tag>.video`` or ``.state`` lists more than one
+            ``delta_indices`` entry.
+    """
+    configs = (processor.get("modality_configs") or {}).get(tag) or {}
+    for modality in ("video", "state"):
+        steps = (configs.get(modality) or {}).get("delta_indices") or [0]
+        if len(steps) > 1:
+            raise CheckpointError(
+                f"{source}: modality_configs.{tag}.{modality}.delta_indices = {list(steps)}: "
+                f"upstream feeds {len(steps)} steps, the programs built here read one"
+            )
+
+
 def n17_normalisation(path: Path, tag: str, processor: Mapping[str, Any]) -> dict[str, Any]:
     """Embodiment ``tag``'s ``normalisation`` from ``statistics.json``, as the processor says.
 
     Relative action groups (:func:`relative_action_keys`) take their statistics from the
-    tag's ``relative_action`` entry, as upstream's ``StateActionProcessor`` does; the
-    section lists them under ``relative_action_keys``.
+    tag's ``relative_action`` entry and their ``min``/``max`` (also with
+    ``use_percentiles``), as upstream's ``StateActionProcessor`` does; the section lists them under
+    ``relative_action_keys`` and records ``exclude_state``.
+
+    Raises:
+        NormStatsError: statistics absent or malformed, or sin/cos state groups (not built).
     """
     stats_path = path / STATISTICS_NAME
     statistics = read_json(stats_path, STATISTICS_NAME, NormStatsError)
     if not isinstance(statistics, Mapping) or not isinstance(statistics.get(tag), Mapping):
         raise NormStatsError(f"{stats_path}: no statistics for embodiment {tag!r}")
+    sincos = sincos_state_keys(processor, tag)
+    if sincos:
+        raise NormStatsError(
+            f"{path / PROCESSOR_NAME}: apply_sincos_state_encoding with "
+            f"modality_configs.{tag}.state.sin_cos_embedding_keys = {sincos}: upstream feeds "
+            "those groups as [sin, cos] (twice their width), which this import does not build"
+        )
     kind = "quantile" if processor.get("use_percentiles") else "min_max"
     configs = processor.get("modality_configs")
     relative = relative_action_keys(processor, tag)
@@ -467,9 +529,17 @@ def n17_normalisation(path: Path, tag: str, processor: Mapping[str, Any]) -> dic
                     "config declares the group relative)"
                 )
             stats[key] = found
-        parts[name] = normalisation_part(stats, keys, mean_std, kind, f"{stats_path}: {tag}.{part}")
+        parts[name] = normalisation_part(
+            stats,
+            keys,
+            mean_std,
+            kind,
+            f"{stats_path}: {tag}.{part}",
+            min_max_keys=relative if part == "action" else (),
+        )
     section = _section(parts, tag, bool(processor.get("clip_outliers", True)))
     section["relative_action_keys"] = relative
+    section["exclude_state"] = excludes_state(processor, tag)
     return section
 
 
@@ -548,7 +618,8 @@ def read_checkpoint(
 
     Raises:
         CheckpointError: ``config.json`` or the weights absent or unreadable, a flag this
-            module does not build, or a size the files do not fix.
+            module does not build, a size the files do not fix, or a video or state of
+            several steps (:func:`check_single_step`).
         UnknownArchitectureError: not GR00T, or N1.5 (whose backbone is not built here).
         UnknownEmbodimentError: the tag asked for is not in the checkpoint.
         CheckpointKeysError: missing, unexpected or mis-shaped keys.
@@ -577,6 +648,7 @@ def read_checkpoint(
     ids = read_json(path / EMBODIMENT_ID_NAME, EMBODIMENT_ID_NAME)
     available = {t: ids[t] for t in statistics if isinstance(ids, Mapping) and t in ids}
     tag = select_embodiment(available, embodiment, str(path / STATISTICS_NAME))
+    check_single_step(processor, tag, str(path / PROCESSOR_NAME))
     slots = ((processor.get("modality_configs") or {}).get(tag) or {}).get("video") or {}
     processor["image_slots"] = slots.get("modality_keys")
     files = weight_files(path)

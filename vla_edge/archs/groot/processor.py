@@ -1,13 +1,23 @@
 """GR00T's host side as a policy directory states it (no torch).
 
-Upstream: NVIDIA/Isaac-GR00T ``Gr00tN1d7Processor`` (``StateActionProcessor``), read by
-:func:`vla_edge.archs.groot.checkpoint.n17_normalisation` into its own section: per joint
-group, ``2 * (x - lo) / max(hi - lo, 1e-8) - 1`` with ``(lo, hi)`` = ``(min, max)`` or
-``(q01, q99)`` (``use_percentiles``), or ``(x - mean) / std`` for the groups under
-``mean_std_embedding_keys``.
+Upstream: NVIDIA/Isaac-GR00T ``Gr00tN1d7Processor`` and its ``StateActionProcessor``
+(``processing_gr00t_n1d7.py`` @c5437fa6 and @2d1e82fe,
+``gr00t/data/state_action/state_action_processor.py`` @98a45fe6, ``gr00t/data/utils.py``
+@066d1674), read by :func:`vla_edge.archs.groot.checkpoint.n17_normalisation` into its own
+section. Per joint group, with ``(lo, hi)`` = ``(min, max)`` or ``(q01, q99)``
+(``use_percentiles``):
+
+* state: ``2 * (x - lo) / (hi - lo) - 1``, but 0 on a dimension whose range is empty
+  (``np.isclose(hi, lo)``), then clipped to [-1, 1] when ``clip_outliers``; a group under
+  ``mean_std_embedding_keys`` is ``(x - mean) / std``, never clipped; every dimension is 0
+  when the processor or the embodiment's state config sets ``exclude_state``;
+* actions out: ``(clip(a, -1, 1) + 1) / 2 * (hi - lo) + lo``, or ``a * std + mean``
+  (unclipped) for a ``mean_std`` group; a relative group (``use_relative_action``) reads
+  its ``relative_action`` statistics, and always their ``min`` / ``max``: upstream's
+  ``use_percentiles`` picks ``q01`` / ``q99`` for the absolute groups only.
 
 :func:`policy_normalisation` writes that section in the policy directory's schema
-(:mod:`vla_edge.archs.normalisation`), whose ``quantile`` kind is the same affine map
+(:mod:`vla_edge.archs.normalisation`), whose ``quantile`` kind is the affine map
 ``(x - q01) / (q99 - q01 + epsilon) * 2 - 1``. With ``epsilon = 0`` every upstream kind is
 exactly one such map:
 
@@ -15,32 +25,71 @@ exactly one such map:
 * ``quantile``: ``q01``, ``q99`` as they are;
 * ``mean_std``: ``q01 = mean - std``, ``q99 = mean + std``
   (``(x - mean + std) / (2 std) * 2 - 1 = (x - mean) / std``);
-* upstream's range floor: where ``hi - lo < 1e-8``, ``q99 = q01 + 1e-8``.
+* a state dimension upstream reads as 0 (empty range, ``exclude_state``):
+  ``q01 = -ZERO_SPAN``, ``q99 = ZERO_SPAN`` (:data:`ZERO_SPAN`), a map that gives exactly
+  0.0 in float64 for every reading below ``2**47`` in magnitude;
+* an action dimension with ``hi - lo < 1e-8``: ``q99 = q01 + 1e-8`` (the schema wants a
+  positive width; the decoded value moves by at most 1e-8).
 
-Each part keeps its groups (``key``, upstream ``kind``, ``dim``) and the section its
-``embodiment``, ``clip`` and ``relative_action_keys``, for the record.
+``state.clip`` marks the dimensions upstream clips (the ``min_max`` / ``quantile`` groups
+when ``clip_outliers``), and ``actions.low`` / ``actions.high`` bound the decoded value to
+``[q01, q99]`` on those groups, which is upstream's clip of the model's output to [-1, 1]
+(``mean_std`` groups: :data:`NO_BOUND`). Each part keeps its groups (``key``, upstream
+``kind``, ``dim``) and the section its ``embodiment``, ``clip`` and
+``relative_action_keys``, for the record.
 
 Departures from upstream, each named once:
 
-* ``clip_outliers``: upstream clips the normalised state to [-1, 1]; the policy
-  directory's codec does not clip the state (a state outside the statistics' range reaches
-  the model unclipped). The flag is kept as ``clip``.
-* Relative action groups (``use_relative_action``, upstream's ``relative_action``
-  statistics): ``delta_actions`` stays false; the robot executes them through the action
-  space (``eef_delta`` for relative end-effector groups: ``vla-edge import --action-space``).
+* Relative action groups (``use_relative_action``): ``delta_actions`` stays false, so the
+  chunk holds what the model predicts relative to the state; the robot executes it
+  through the action space (``eef_delta`` for relative end-effector groups: ``vla-edge
+  import --action-space``), where upstream adds the state's last reading to a joint group
+  (``JointActionChunk.to_absolute_chunking``) or composes the pose for an end-effector
+  group. Per-step relative statistics (a ``[horizon, dim]`` list per statistic, as
+  upstream's ``gr00t/data/stats.py`` writes them) are refused at import
+  (:class:`~vla_edge.core.errors.NormStatsError`): the schema holds one value per
+  dimension.
+* Images: the exported programs take each camera through openpi's ``resize_with_pad``
+  (``host.images.resize = pad``) to the square ``image_target_size``; upstream's eval
+  transform resizes the shortest edge, centre-crops ``crop_fraction`` (0.95 by default;
+  or ``image_crop_size`` / ``image_target_size``) and resizes again (albumentations
+  ``SmallestMaxSize`` with ``INTER_AREA``, or torchvision ``Resize`` / ``CenterCrop`` /
+  ``Resize``), then Qwen3-VL's processor fits a non-square image to multiples of 32
+  without padding. The centre crop is not made here, and a non-square camera is padded.
+* Chunk length: upstream returns the first ``len(delta_indices)`` steps of the
+  embodiment's action config (``decode_action``), the rest of the model's
+  ``action_horizon`` being steps it was trained to ignore (``action_mask``); the chunk
+  here carries all ``action_horizon`` steps (the programs, the noise and the chunk share
+  that length). A checkpoint whose action ``delta_indices`` are fewer than
+  ``config.json``'s ``action_horizon`` hands the controller untrained steps at its end.
+* ``apply_sincos_state_encoding`` with ``sin_cos_embedding_keys``, a ``mean_std`` group
+  with a zero ``std`` (upstream passes the raw value), and a video or state of several
+  steps (``delta_indices``) are refused at import.
+* A policy directory's export (``PolicyDir.manifest_normalisation``) keeps only each
+  part's statistics, so ``state.clip`` and ``actions.low`` / ``actions.high`` reach the
+  runner through :func:`statistics_normalisation`'s manifests, not yet through
+  ``vla-edge export`` of a policy directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from vla_edge.archs.groot import prompt as _prompt
 from vla_edge.core.errors import NormStatsError
 
 RANGE_FLOOR = 1e-8
-"""Upstream's smallest normalisation range (``np.maximum(max - min, 1e-8)``)."""
+"""The smallest action range written (the schema wants ``q99 - q01 > 0``)."""
+ZERO_SPAN = 2.0**100
+"""Half the range of a state dimension upstream reads as 0: ``(x + ZERO_SPAN) /
+(2 ZERO_SPAN) * 2 - 1`` is exactly 0.0 in float64 whenever ``|x| < 2**47``."""
+NO_BOUND = float(np.finfo(np.float64).max)
+"""``actions.low`` / ``actions.high`` of a dimension upstream does not clip (finite, as the
+schema wants)."""
 POLICY_KIND = "quantile"
 """The policy directory's kind every GR00T group is written as (an affine map to [-1, 1])."""
 
@@ -48,37 +97,62 @@ POLICY_KIND = "quantile"
 def affine_bounds(group: Mapping[str, Any], where: str) -> tuple[list[float], list[float]]:
     """``(lo, hi)`` of one upstream group such that its map is ``2 (x - lo) / (hi - lo) - 1``.
 
+    The statistics as they are: :func:`policy_part` handles an empty range.
+
     Raises:
         NormStatsError: an unknown kind.
     """
     kind = group.get("kind")
     if kind == "min_max":
-        lo, hi = list(group["min"]), list(group["max"])
-    elif kind == "quantile":
-        lo, hi = list(group["q01"]), list(group["q99"])
-    elif kind == "mean_std":
+        return list(group["min"]), list(group["max"])
+    if kind == "quantile":
+        return list(group["q01"]), list(group["q99"])
+    if kind == "mean_std":
         lo = [m - s for m, s in zip(group["mean"], group["std"], strict=True)]
         hi = [m + s for m, s in zip(group["mean"], group["std"], strict=True)]
-    else:
-        raise NormStatsError(
-            f"{where}: group {group.get('key')!r} kind = {kind!r}, expected min_max, quantile "
-            "or mean_std"
-        )
-    hi = [h if h - low >= RANGE_FLOOR else low + RANGE_FLOOR for low, h in zip(lo, hi, strict=True)]
-    return lo, hi
+        return lo, hi
+    raise NormStatsError(
+        f"{where}: group {group.get('key')!r} kind = {kind!r}, expected min_max, quantile "
+        "or mean_std"
+    )
 
 
-def policy_part(part: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """One upstream part (its ``groups``) as the policy directory's ``quantile`` part."""
+def policy_part(
+    part: Mapping[str, Any], where: str, *, state: bool, clip: bool, zero: bool = False
+) -> dict[str, Any]:
+    """One upstream part (its ``groups``) as the policy directory's ``quantile`` part.
+
+    Args:
+        state: the state part (``clip`` marks ``state.clip``; an empty range reads as 0),
+            else the actions (``low`` / ``high`` bound the decoded value).
+        clip: upstream's ``clip_outliers`` (state only; the actions always clip).
+        zero: every dimension reads as 0 (upstream's ``exclude_state``; state only).
+    """
     q01: list[float] = []
     q99: list[float] = []
+    clipped: list[bool] = []
     groups = []
     for group in part["groups"]:
-        lo, hi = affine_bounds(group, where)
-        q01 += lo
-        q99 += hi
+        lo, hi = (np.asarray(v, dtype=np.float64) for v in affine_bounds(group, where))
+        affine = group["kind"] != "mean_std"
+        if state:
+            empty = np.full(lo.shape, True) if zero else affine & np.isclose(hi, lo)
+            lo = np.where(empty, -ZERO_SPAN, lo)
+            hi = np.where(empty, ZERO_SPAN, hi)
+        else:
+            hi = np.where(hi - lo < RANGE_FLOOR, lo + RANGE_FLOOR, hi)
+        q01 += lo.tolist()
+        q99 += hi.tolist()
+        clipped += [affine and (clip if state else True)] * lo.size
         groups.append({"key": group["key"], "kind": group["kind"], "dim": int(group["dim"])})
-    return {"kind": POLICY_KIND, "q01": q01, "q99": q99, "groups": groups}
+    out: dict[str, Any] = {"kind": POLICY_KIND, "q01": q01, "q99": q99}
+    if state:
+        out["clip"] = clipped
+    else:
+        out["low"] = [lo if c else -NO_BOUND for lo, c in zip(q01, clipped, strict=True)]
+        out["high"] = [hi if c else NO_BOUND for hi, c in zip(q99, clipped, strict=True)]
+    out["groups"] = groups
+    return out
 
 
 def policy_normalisation(section: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -88,8 +162,15 @@ def policy_normalisation(section: Mapping[str, Any], where: str) -> dict[str, An
         section: :func:`~vla_edge.archs.groot.checkpoint.n17_normalisation`'s.
         where: the file the statistics came from (named in errors).
     """
-    state = policy_part(section["state"], f"{where}: state")
-    actions = policy_part(section["actions"], f"{where}: actions")
+    clip = bool(section["clip"])
+    state = policy_part(
+        section["state"],
+        f"{where}: state",
+        state=True,
+        clip=clip,
+        zero=bool(section.get("exclude_state")),
+    )
+    actions = policy_part(section["actions"], f"{where}: actions", state=False, clip=clip)
     return {
         "kind": POLICY_KIND,
         "epsilon": 0.0,
@@ -97,7 +178,7 @@ def policy_normalisation(section: Mapping[str, Any], where: str) -> dict[str, An
         "actions": actions,
         "delta_actions": [False] * len(actions["q01"]),
         "embodiment": section["embodiment"],
-        "clip": bool(section["clip"]),
+        "clip": clip,
         "relative_action_keys": list(section.get("relative_action_keys") or []),
     }
 
@@ -109,8 +190,8 @@ OUTPUT = "action_head.actions"
 TOKENIZER_DIR = "tokenizer"
 """Where the Hugging Face tokenizer directory's files go, beside the programs."""
 PROMPT = _prompt.PROMPT
-"""The instruction, then the chat template's closing (``<|im_end|>\\n<|im_start|>assistant\\n``),
-right-padded to ``max_token_len``: registered by :mod:`.arch`, encoded by :mod:`.prompt`."""
+"""The instruction, then the end of the user turn (``<|im_end|>\\n``), right-padded to
+``max_token_len``: registered by :mod:`.arch`, encoded by :mod:`.prompt`."""
 STAGE_ORDER = ("vision_encoder", "fusion", "action_head")
 
 
@@ -193,16 +274,31 @@ def statistics_normalisation(
             "(checkpoint.n17_normalisation), with state.groups and actions.groups"
         )
     section = policy_normalisation(stats, "statistics")
-    for part in ("state", "actions"):
+    kept = {"state": ("q01", "q99", "clip"), "actions": ("q01", "q99", "low", "high")}
+    for part, fields in kept.items():
         if len(section[part]["q01"]) < n:
             raise NormStatsError(
                 f"GR00T statistics: {part} has {len(section[part]['q01'])} dimensions, fewer "
                 f"than the {n} joints"
             )
-        section[part] = {k: section[part][k][:n] for k in ("q01", "q99")}
+        section[part] = {k: section[part][k][:n] for k in fields}
     mask = [False] * n if delta_actions is None else [bool(d) for d in delta_actions][:n]
-    section["delta_actions"] = mask + [False] * (n - len(mask))
+    mask += [False] * (n - len(mask))
+    section["delta_actions"] = mask
+    section["actions"] = unbounded_where(section["actions"], mask)
     return section
+
+
+def unbounded_where(actions: Mapping[str, Any], delta: Sequence[bool]) -> dict[str, Any]:
+    """``actions`` with ``low`` / ``high`` lifted to :data:`NO_BOUND` on the delta dimensions.
+
+    Upstream bounds the model's relative output; the codec bounds the absolute target, after
+    the state is added, where the relative range does not apply.
+    """
+    out = dict(actions)
+    out["low"] = [-NO_BOUND if d else v for v, d in zip(actions["low"], delta, strict=True)]
+    out["high"] = [NO_BOUND if d else v for v, d in zip(actions["high"], delta, strict=True)]
+    return out
 
 
 def tokenizer_files(directory: str | Path) -> dict[str, Path]:
@@ -230,6 +326,7 @@ def tokenizer_files(directory: str | Path) -> dict[str, Path]:
 
 
 __all__ = [
+    "NO_BOUND",
     "POLICY_KIND",
     "PROMPT",
     "RANGE_FLOOR",
@@ -239,6 +336,8 @@ __all__ = [
     "policy_part",
     "statistics_normalisation",
     "tokenizer_files",
+    "unbounded_where",
+    "ZERO_SPAN",
 ]
 
 
@@ -246,7 +345,7 @@ def chat_token_ids(config: Any) -> dict[str, tuple[str, int]]:
     """The chat layout's special tokens the model's config fixes: token -> (field, id).
 
     The fusion stage writes them itself (the template's opening, each image slot's vision
-    start, end and image tokens); the host writes ``<|im_start|>`` again in the closing.
+    start, end and image tokens).
     """
     return {
         "<|im_start|>": ("lead_token_ids[0]", int(config.lead_token_ids[0])),
@@ -261,9 +360,8 @@ def check_tokenizer(directory: Path, config: Any) -> None:
 
     The host's tokens come from the tokenizer and the fusion stage's constant tokens from
     the config, so the two must number the chat layout alike: each special token of
-    :func:`chat_token_ids` the tokenizer has must carry the config's id (``<|im_start|>``
-    must be there: the closing needs it), and every id the tokenizer can write must be a
-    row of the embedding table.
+    :func:`chat_token_ids` the tokenizer has must carry the config's id, and every id the
+    tokenizer can write must be a row of the embedding table.
 
     Raises:
         TokenizerMismatchError: the prompt tokenizer refuses the directory (no

@@ -6,11 +6,19 @@ template's opening (``lead_token_ids``, constant), each image slot, then the
 (Qwen3-VL's) read with the ``tokenizers`` library (numpy only: no torch, no
 ``transformers``):
 
-* the instruction as upstream's processor cleans it (:func:`groot_text`): lower-cased,
-  ASCII punctuation removed, surrounding whitespace stripped;
-* then the template's closing :data:`CLOSING` (``<|im_end|>\n<|im_start|>assistant\n``),
-  encoded with the directory's special tokens;
+* the instruction as upstream's processor cleans it (:func:`groot_text`, its
+  ``formalize_language``): lower-cased, then every character that is neither a word
+  character nor whitespace (``re.sub(r"[^\w\s]", "", ...)``) removed, Unicode included;
+  nothing stripped;
+* then the user turn's end :data:`CLOSING` (``<|im_end|>\n``), encoded with the
+  directory's special tokens: upstream applies the template with
+  ``add_generation_prompt=False``, so no assistant turn is opened;
 * right-padded to ``max_token_len`` with the directory's ``pad_token`` (mask false).
+
+Upstream (NVIDIA/Isaac-GR00T ``processing_gr00t_n1d7.py``, ``_apply_vlm_processing``)
+puts the images before the instruction at @c5437fa6 and @1852a8c1, the instruction before
+the images at @2d1e82fe and @8cb8bd76 (older by their content: no licence header,
+``print`` where the others log). The layout here is the images-first one.
 
 Departure, named once: with fixed shapes an instruction longer than the slots is cut
 (right) so that the closing always fits; upstream's variable-length prompt is not cut.
@@ -18,7 +26,7 @@ Departure, named once: with fixed shapes an instruction longer than the slots is
 
 from __future__ import annotations
 
-import string
+import re
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +37,16 @@ from vla_edge.core.errors import ManifestMismatchError
 
 PROMPT = "groot"
 """The prompt format written here (``host.token_ids.prompt``)."""
-CLOSING = "<|im_end|>\n<|im_start|>assistant\n"
-"""The chat template's end of the user turn and start of the assistant's."""
-CLOSING_SPECIAL_TOKENS = ("<|im_end|>", "<|im_start|>")
+CLOSING = "<|im_end|>\n"
+"""The chat template's end of the user turn (no generation prompt follows)."""
+CLOSING_SPECIAL_TOKENS = ("<|im_end|>",)
 """Special tokens :data:`CLOSING` needs in the tokenizer (each one id, not split)."""
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_NOT_WORD_OR_SPACE = re.compile(r"[^\w\s]")
 
 
 def groot_text(instruction: str) -> str:
-    """The instruction as upstream's processor cleans it: lower-cased, no punctuation."""
-    return instruction.lower().translate(_PUNCTUATION).strip()
+    """The instruction as upstream's processor cleans it (module docstring)."""
+    return _NOT_WORD_OR_SPACE.sub("", instruction.lower())
 
 
 class GrootPromptTokenizer:
