@@ -334,3 +334,23 @@ def test_n15_metadata_gives_the_embodiment_and_min_max_statistics(tmp_path):
         n15_normalisation(root, "oxe_droid")
     with pytest.raises(UnknownArchitectureError, match="N1.5 checkpoint.*'gr1'"):
         read_checkpoint(root)
+
+
+def test_a_processor_keeping_fewer_action_steps_than_the_model_makes_is_refused(
+    checkpoint_dir, tiny
+):
+    """Upstream executes the first ``len(action.delta_indices)`` steps of the chunk; the
+    programs return all ``action_horizon`` steps, so the import refuses a shorter list
+    rather than send the untrained tail to the controller."""
+    assert read(checkpoint_dir, embodiment=TAG).config.action_horizon == tiny.config.action_horizon
+    processor = json.loads((checkpoint_dir / "processor_config.json").read_text())
+    keep = tiny.config.action_horizon - 2
+    modality = processor["processor_kwargs"]["modality_configs"][TAG]
+    modality["action"]["delta_indices"] = list(range(keep))
+    (checkpoint_dir / "processor_config.json").write_text(json.dumps(processor))
+    with pytest.raises(
+        CheckpointError,
+        match=rf"{TAG}.action.delta_indices has {keep} steps and the model's action_horizon "
+        rf"is {tiny.config.action_horizon}",
+    ):
+        read(checkpoint_dir, embodiment=TAG)

@@ -492,6 +492,31 @@ def check_single_step(processor: Mapping[str, Any], tag: str, source: str) -> No
             )
 
 
+def check_action_steps(
+    processor: Mapping[str, Any], tag: str, action_horizon: int, source: str
+) -> None:
+    """Refuse an embodiment whose processor keeps fewer action steps than the model makes.
+
+    Upstream's processor returns the first ``len(action.delta_indices)`` of the
+    ``action_horizon`` steps the DiT denoises; the programs built here return all of
+    them, so the steps past those (untrained for this embodiment) would reach the
+    controller.
+
+    Raises:
+        CheckpointError: ``modality_configs.<tag>.action.delta_indices`` lists another
+            number of steps than ``action_horizon``.
+    """
+    configs = (processor.get("modality_configs") or {}).get(tag) or {}
+    steps = (configs.get("action") or {}).get("delta_indices")
+    if steps is not None and len(steps) != action_horizon:
+        raise CheckpointError(
+            f"{source}: modality_configs.{tag}.action.delta_indices has {len(steps)} steps "
+            f"and the model's action_horizon is {action_horizon}: upstream executes the first "
+            f"{len(steps)}, the programs built here return all {action_horizon} (the rest "
+            "untrained for this embodiment), so this import refuses it"
+        )
+
+
 def n17_normalisation(path: Path, tag: str, processor: Mapping[str, Any]) -> dict[str, Any]:
     """Embodiment ``tag``'s ``normalisation`` from ``statistics.json``, as the processor says.
 
@@ -655,6 +680,7 @@ def read_checkpoint(
     header = read_headers(path, files)
     shapes = {k: v[0] for k, v in header.items()}
     config = infer_config(shapes, config_json, processor, int(available[tag]), options, defaults)
+    check_action_steps(processor, tag, config.action_horizon, str(path / PROCESSOR_NAME))
     check_keys(
         shapes, config, str(path / (INDEX_NAME if (path / INDEX_NAME).is_file() else WEIGHTS_NAME))
     )

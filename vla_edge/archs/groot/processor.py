@@ -60,15 +60,12 @@ Departures from upstream, each named once:
   embodiment's action config (``decode_action``), the rest of the model's
   ``action_horizon`` being steps it was trained to ignore (``action_mask``); the chunk
   here carries all ``action_horizon`` steps (the programs, the noise and the chunk share
-  that length). A checkpoint whose action ``delta_indices`` are fewer than
-  ``config.json``'s ``action_horizon`` hands the controller untrained steps at its end.
+  that length), so a checkpoint whose action ``delta_indices`` are fewer is refused at
+  import (``checkpoint.check_action_steps``) rather than hand the controller untrained
+  steps.
 * ``apply_sincos_state_encoding`` with ``sin_cos_embedding_keys``, a ``mean_std`` group
   with a zero ``std`` (upstream passes the raw value), and a video or state of several
   steps (``delta_indices``) are refused at import.
-* A policy directory's export (``PolicyDir.manifest_normalisation``) keeps only each
-  part's statistics, so ``state.clip`` and ``actions.low`` / ``actions.high`` reach the
-  runner through :func:`statistics_normalisation`'s manifests, not yet through
-  ``vla-edge export`` of a policy directory.
 """
 
 from __future__ import annotations
