@@ -36,6 +36,7 @@ SOAK_RESULT = "soak_bundled_executorch_1h.json"
 """The one-hour soak (`vla-edge soak`), cited by its table and the summary."""
 PI0_FULL_RESULT = "bench_latency_pi0_full.json"
 PI0_LOOP_RESULT = "bench_loop_pi0_full.json"
+GROOT_LOOP_RESULT = "bench_loop_groot_full.json"
 """π0 at full size (`vla-edge bench latency --arch pi0`), cited by its table and the summary."""
 MINUS = "\N{MINUS SIGN}"
 
@@ -1326,7 +1327,8 @@ TABLES: tuple[Table, ...] = (
         "full_size_groot",
         (_r("bench_latency_groot_full.json"),),
         "`vla-edge bench latency --arch groot --size full --cameras 1 --threads 2 --backend "
-        "torch --runs 3 --json OUT`",
+        "torch,onnx,executorch --variants onnx_fp32,executorch_8da8w --no-fit-search "
+        "--timeout-s 3600 --json OUT`",
         render_full_size,
     ),
     Table(
@@ -1358,10 +1360,11 @@ TABLES: tuple[Table, ...] = (
     ),
     Table(
         "loop",
-        (_r("bench_loop_smolvla_full.json"), _r(PI0_LOOP_RESULT)),
+        (_r("bench_loop_smolvla_full.json"), _r(PI0_LOOP_RESULT), _r(GROOT_LOOP_RESULT)),
         "`vla-edge bench loop --arch smolvla --size full --episodes 2 --duration-s 60 "
-        "--json OUT` and `vla-edge bench loop --arch pi0 --size full "
+        "--json OUT`, `vla-edge bench loop --arch pi0 --size full "
         "--backend executorch --quant 8da4w --episodes 2 --duration-s 60 --reuse --json OUT` "
+        "and the same with `--arch groot --quant 8da8w` "
         "(`--reuse`: the checkpoint and policy directory of an earlier run with the same seed; "
         "the export made afresh)",
         render_loop,
