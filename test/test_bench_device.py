@@ -40,6 +40,21 @@ def test_the_device_bench_writes_timings_parity_and_rates_per_variant(tmp_path) 
     assert variants["bfloat16"]["weight_bytes"] * 2 == variants["float32"]["weight_bytes"]
 
 
+def test_the_device_bench_times_groot_through_its_bench_hooks(tmp_path) -> None:
+    """GR00T takes the same device path (its stages, float32 and bfloat16 weights, parity
+    against the CPU float32 reference) as the other imported architectures."""
+    out = tmp_path / "groot.json"
+    argv = ["bench", "latency", "--device", "cpu", "--size", "small", "--arch", "groot"]
+    argv += ["--cameras", "1", "--runs", "2", "--warmup", "1", "--json", str(out)]
+    assert main(argv) == 0
+    (model,) = json.loads(out.read_text())["models"]
+    assert (model["arch"], model["cameras"], model["size"]) == ("groot", 1, "small")
+    variants = {v["dtype"]: v for v in model["variants"]}
+    assert set(variants) == {"float32", "bfloat16"} and all(v["ok"] for v in variants.values())
+    assert variants["float32"]["parity_pct_of_range_max"] == 0.0
+    assert 0.0 < variants["bfloat16"]["parity_pct_of_range_max"] <= 2.0
+
+
 def test_the_device_bench_refuses_a_gpu_this_machine_lacks(tmp_path, capsys) -> None:
     import torch
 

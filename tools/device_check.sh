@@ -17,7 +17,9 @@
 # 2. vla-edge bench latency --device cuda: the bundled model and, at full size, pi0 / pi05 (1 and 3 cameras) and
 #    SmolVLA (1 and 2), float32 and bfloat16, CUDA graphs and eager, parity against the CPU
 #    float32 reference, peak GPU memory, achieved rates against the measured GEMM / copy
-#    peaks -> $OUT/bench_latency_cuda.json.
+#    peaks -> $OUT/bench_latency_cuda.json;
+# 3. the same for GR00T N1.7 at full size (1 camera, CUDA graphs) ->
+#    $OUT/bench_latency_cuda_groot.json (last: the time left after the others).
 set -uo pipefail
 OUT=${OUT:-out/device}
 mkdir -p "$OUT"
@@ -40,3 +42,9 @@ from vla_edge.cli import main
 sys.exit(main(['bench', 'latency', '--device', 'cuda', '--arch', 'bundled,pi0,pi05,smolvla',
                '--size', 'full', '--eager', '--json', '$OUT/bench_latency_cuda.json']))
 " 2>&1 | tee "$OUT/bench_latency_cuda.log" | grep -v AttentionInterface
+timeout 150 python3 -c "
+import sys
+from vla_edge.cli import main
+sys.exit(main(['bench', 'latency', '--device', 'cuda', '--arch', 'groot', '--size', 'full',
+               '--json', '$OUT/bench_latency_cuda_groot.json']))
+" 2>&1 | tee "$OUT/bench_latency_cuda_groot.log" | grep -v AttentionInterface
