@@ -6,6 +6,8 @@
 #
 #   bash tools/device_check.sh            # on the GPU machine, from the repository root
 #
+# Its steps' timeouts add up to 570 s, inside the device tool's 600 s per command.
+#
 # The wheels, fetched here for the GPU machine's Python 3.12 (into an ignored folder):
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
@@ -33,16 +35,16 @@ else
 fi
 nvidia-smi > "$OUT/nvidia_smi.txt" 2>&1
 python3 -c "import torch, transformers, pydantic; print(torch.__version__, torch.version.cuda, transformers.__version__, pydantic.__version__, torch.cuda.get_device_name(0))"
-timeout 240 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
     test/test_pi0_device.py test/test_smolvla_device.py test/test_torch_device.py \
     test/test_bundled_device.py 2>&1 | tee "$OUT/cuda_tests.log" | tail -15
-timeout 420 python3 -c "
+timeout 300 python3 -c "
 import sys
 from vla_edge.cli import main
 sys.exit(main(['bench', 'latency', '--device', 'cuda', '--arch', 'bundled,pi0,pi05,smolvla',
                '--size', 'full', '--eager', '--json', '$OUT/bench_latency_cuda.json']))
 " 2>&1 | tee "$OUT/bench_latency_cuda.log" | grep -v AttentionInterface
-timeout 150 python3 -c "
+timeout 120 python3 -c "
 import sys
 from vla_edge.cli import main
 sys.exit(main(['bench', 'latency', '--device', 'cuda', '--arch', 'groot', '--size', 'full',
