@@ -818,6 +818,46 @@ def render_graph(reports: Sequence[Json]) -> str:
     return _table(["measure", "value"], rows)
 
 
+def render_graph_repeat(reports: Sequence[Json]) -> str:
+    """Run-to-run spread: virtual time with three noise seeds and the graph run twice.
+
+    ``reports``: the virtual-time runs (one per seed), then the graph runs, all of the
+    same episodes; per task and overall, successes / episodes (Wilson 95 %), the seeds'
+    and the graph runs' pooled rates, and their difference in points.
+    """
+    from vla_edge.sim.evaluator import wilson_interval
+
+    virtual = [r for r in reports if r["settings"].get("virtual_time", True)]
+    graph = [r for r in reports if not r["settings"].get("virtual_time", True)]
+
+    def cell(successes: int, n: int) -> str:
+        lo, hi = wilson_interval(successes, n)
+        return f"{successes}/{n} ({100 * successes / n:.0f} %, {100 * lo:.0f}–{100 * hi:.0f})"
+
+    def counts(report: Json, task: str | None) -> tuple[int, int]:
+        tasks = report["tasks"].values() if task is None else [report["tasks"][task]]
+        return sum(t["successes"] for t in tasks), sum(t["episodes"] for t in tasks)
+
+    header = ["task"]
+    header += [f"virtual time, seed {r['settings']['seed']}" for r in virtual]
+    header += ["virtual time, the seeds pooled"]
+    header += [f"graph, run {i + 1}" for i in range(len(graph))]
+    header += ["graph, the runs pooled", "graph − virtual time (points)"]
+    rows = []
+    for task in [*virtual[0]["tasks"], None]:
+        line = [task or "overall"]
+        pooled = []
+        for group in (virtual, graph):
+            got = [counts(r, task) for r in group]
+            line += [cell(*c) for c in got]
+            total = (sum(c[0] for c in got), sum(c[1] for c in got))
+            line.append(cell(*total))
+            pooled.append(total[0] / total[1])
+        line.append(f"{100 * (pooled[1] - pooled[0]):+.0f}")
+        rows.append(line)
+    return _table(header, rows)
+
+
 def render_graph_vs_virtual(reports: Sequence[Json]) -> str:
     """The same episodes in virtual time and through the real graph, per task (Wilson 95 %).
 
@@ -1435,6 +1475,20 @@ TABLES: tuple[Table, ...] = (
         "export by `vla-edge export --checkpoint bundled --backend executorch --quant fp32 "
         "--out EXPORT`; `D`: near the graph's median chunk age)",
         render_graph_vs_virtual,
+    ),
+    Table(
+        "graph_vs_virtual_repeat",
+        (
+            _r("eval_bundled_virtual_10.json"),
+            _r("eval_bundled_virtual_10_seed1.json"),
+            _r("eval_bundled_virtual_10_seed2.json"),
+            _r("eval_bundled_graph_10.json"),
+            _r("eval_bundled_graph_10_run2.json"),
+        ),
+        "`vla-edge eval --policy bundled --episodes 10 --workers N --seed S --json OUT` "
+        "(`S`: 0, 1, 2) and `vla-edge eval --policy bundled --episodes 10 --graph --threads 1 "
+        "--json OUT` run twice",
+        render_graph_repeat,
     ),
     Table(
         "faults",
