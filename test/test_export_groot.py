@@ -241,6 +241,18 @@ def worst_fraction_of_range(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.max(np.abs(got2 - want2) / span))
 
 
+def random_host(c: GrootConfig, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """Host tensors of one observation: random images and state, six prompt tokens."""
+    size = c.vision.image_size
+    return {
+        "images": torch.rand(c.n_slots, 3, size, size, generator=gen) * 2 - 1,
+        "image_mask": torch.ones(c.n_slots),
+        "token_ids": torch.randint(0, 300, (1, c.max_token_len), generator=gen),
+        "token_mask": (torch.arange(c.max_token_len) < 6)[None].float(),
+        "state": torch.randn(1, c.max_state_dim, generator=gen) * 0.5,
+    }
+
+
 @pytest.fixture(scope="module")
 def imported_policy(tmp_path_factory) -> Path:
     """A tiny GR00T with Qwen3-VL's vocabulary and ids, written in upstream's N1.7 layout and
@@ -309,14 +321,7 @@ def test_vla_edge_export_policy_8da8w_programs_are_delegated_and_close_to_eager(
     gen = torch.Generator().manual_seed(11)
     got, want = [], []
     for _ in range(3):
-        size = c.vision.image_size
-        host = {
-            "images": torch.rand(c.n_slots, 3, size, size, generator=gen) * 2 - 1,
-            "image_mask": torch.ones(c.n_slots),
-            "token_ids": torch.randint(0, 300, (1, c.max_token_len), generator=gen),
-            "token_mask": (torch.arange(c.max_token_len) < 6)[None].float(),
-            "state": torch.randn(1, c.max_state_dim, generator=gen) * 0.5,
-        }
+        host = random_host(c, gen)
         noise = torch.randn(c.action_horizon, c.max_action_dim, generator=gen)
         got.append(chained_actions(manifest, programs, host, noise.numpy()))
         want.append(run_stages(reference, **host, noise=noise[None]).numpy()[0])
@@ -363,14 +368,7 @@ def test_a_low_memory_export_reads_each_stage_alone_and_makes_the_same_programs(
     assert not list(outs["apart"].glob("*.entry.json"))
     c = whole.config
     gen = torch.Generator().manual_seed(5)
-    size = c.vision.image_size
-    host = {
-        "images": torch.rand(c.n_slots, 3, size, size, generator=gen) * 2 - 1,
-        "image_mask": torch.ones(c.n_slots),
-        "token_ids": torch.randint(0, 300, (1, c.max_token_len), generator=gen),
-        "token_mask": (torch.arange(c.max_token_len) < 6)[None].float(),
-        "state": torch.randn(1, c.max_state_dim, generator=gen) * 0.5,
-    }
+    host = random_host(c, gen)
     noise = torch.randn(c.action_horizon, c.max_action_dim, generator=gen).numpy()
     chunks = {
         name: chained_actions(*open_stage_programs(out), host, noise) for name, out in outs.items()

@@ -198,11 +198,7 @@ def codec_from_section(section: Any, *, state_dim: int | None, action_dim: int |
         stats[part] = {lo_name: lo, hi_name: hi}
     n_state, n_actions = stats["state"][lo_name].size, stats["actions"][lo_name].size
     delta = section.get("delta_actions")
-    if (
-        not isinstance(delta, list)
-        or len(delta) != n_actions
-        or not all(isinstance(d, bool) for d in delta)
-    ):
+    if not are_flags(delta, n_actions):
         raise ManifestMismatchError(
             f"field normalisation.delta_actions = {delta!r}, expected {n_actions} booleans "
             "(one per action statistic)"
@@ -235,16 +231,17 @@ def codec_from_section(section: Any, *, state_dim: int | None, action_dim: int |
     )
 
 
+def are_flags(value: Any, n: int) -> bool:
+    """Whether ``value`` is a list of ``n`` booleans (a section's per-dimension flags)."""
+    return isinstance(value, list) and len(value) == n and all(isinstance(v, bool) for v in value)
+
+
 def _state_clip(state: dict[str, Any], n_state: int) -> np.ndarray | None:
     """``state.clip``: ``n_state`` booleans, or ``None`` when the field is absent."""
     if "clip" not in state:
         return None
     clip = state["clip"]
-    if (
-        not isinstance(clip, list)
-        or len(clip) != n_state
-        or not all(isinstance(c, bool) for c in clip)
-    ):
+    if not are_flags(clip, n_state):
         raise ManifestMismatchError(
             f"field normalisation.state.clip = {clip!r}, expected {n_state} booleans (one per "
             "state statistic: true clips that dimension of the normalised state to [-1, 1])"

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from vla_edge.archs.normalisation import are_flags
 from vla_edge.core.errors import (
     NormStatsError,
 )
@@ -68,11 +69,7 @@ def _check_bounds(part: Mapping[str, Any], n: int, where: str) -> None:
     """
     if "clip" in part:
         clip = part["clip"]
-        if (
-            not isinstance(clip, list)
-            or len(clip) != n
-            or not all(isinstance(c, bool) for c in clip)
-        ):
+        if not are_flags(clip, n):
             raise NormStatsError(
                 f"{where}.clip = {clip!r}: expected {n} booleans (one per statistic: true clips "
                 "that dimension of the normalised value to [-1, 1])"
@@ -154,11 +151,7 @@ def check_normalisation(section: Any, source: str) -> None:
     actions = section["actions"]
     n_actions = len(actions[SECTION_STATS[actions["kind"]][0]])
     delta = section.get("delta_actions")
-    if (
-        not isinstance(delta, list)
-        or len(delta) != n_actions
-        or not all(isinstance(d, bool) for d in delta)
-    ):
+    if not are_flags(delta, n_actions):
         raise NormStatsError(
             f"{source}: normalisation.delta_actions = {delta!r}, expected {n_actions} booleans "
             "(one per action statistic)"
