@@ -35,6 +35,10 @@ import numpy as np
 
 from vla_edge.core.errors import ManifestMismatchError
 
+NO_BOUND = float(np.finfo(np.float64).max)
+"""``actions.low`` / ``actions.high`` of a dimension that is not bounded (finite, as the
+schema wants)."""
+
 NORMALISATION_KINDS = ("mean_std", "quantile")
 _STAT_NAMES = {"mean_std": ("mean", "std"), "quantile": ("q01", "q99")}
 

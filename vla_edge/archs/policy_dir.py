@@ -60,7 +60,6 @@ the runner (:class:`vla_edge.actions.StateSpace`), which this layer does not imp
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +68,7 @@ from typing import Any
 import yaml
 
 from vla_edge.archs import registry
+from vla_edge.archs.normalisation import NO_BOUND
 from vla_edge.archs.policy_stats import SECTION_STATS, check_normalisation
 from vla_edge.archs.policy_tokenizer import sha256_file
 from vla_edge.core.errors import (
@@ -190,7 +190,7 @@ class PolicyDir:
         action_dim = self.action_width if action_dim is None else action_dim
         identity = {"mean": 0.0, "std": 1.0, "q01": -1.0, "q99": 1.0}
         # beyond the statistics: no clip of the state, no bound on the actions
-        identity.update({"clip": False, "low": -sys.float_info.max, "high": sys.float_info.max})
+        identity.update({"clip": False, "low": -NO_BOUND, "high": NO_BOUND})
 
         def cut(part: Mapping[str, Any], n: int) -> dict[str, list[Any]]:
             return {

@@ -71,7 +71,7 @@ from vla_edge.archs.groot.layout import (
     model_shapes,
     upstream_file_shapes,
 )
-from vla_edge.archs.groot.processor import policy_normalisation
+from vla_edge.archs.groot.processor import RANGE_FLOOR, policy_normalisation
 from vla_edge.core.errors import (
     CheckpointError,
     CheckpointKeysError,
@@ -90,8 +90,6 @@ LAYOUTS = ("isaac_gr00t",)
 ARCHITECTURE = "groot"
 MODEL_TYPE = "Gr00tN1d7"
 
-RANGE_FLOOR = 1e-8
-"""The smallest action range the policy schema is written with (see ``processor``)."""
 VISION_HEADS_BY_WIDTH = {1024: 16, 1152: 16}
 """Qwen3-VL vision heads for a hidden width (Qwen3-VL-2B / -8B); others: ``--vision-heads``."""
 N15_PROJECTOR_INDEX = {"gr1": 24, "oxe_droid": 17, "agibot_genie1": 26, "new_embodiment": 31}
@@ -430,14 +428,19 @@ def normalisation_part(
 
 
 def _modality(
-    modality_configs: Any, tag: str, part: str, source: str
+    processor: Mapping[str, Any], tag: str, part: str, source: str
 ) -> tuple[list[str], set[str]]:
-    config = (
-        modality_configs.get(tag, {}).get(part) if isinstance(modality_configs, Mapping) else None
-    )
-    if not isinstance(config, Mapping) or not config.get("modality_keys"):
+    config = tag_modality(processor, tag, part)
+    if not config.get("modality_keys"):
         raise NormStatsError(f"{source}: modality_configs.{tag}.{part}.modality_keys is missing")
     return list(config["modality_keys"]), set(config.get("mean_std_embedding_keys") or [])
+
+
+def tag_modality(processor: Mapping[str, Any], tag: str, modality: str) -> Mapping[str, Any]:
+    """``modality_configs.<tag>.<modality>`` of a processor's kwargs (empty when absent)."""
+    configs = processor.get("modality_configs")
+    found = (configs.get(tag) or {}).get(modality) if isinstance(configs, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
 
 
 def relative_action_keys(processor: Mapping[str, Any], tag: str) -> list[str]:
@@ -448,7 +451,7 @@ def relative_action_keys(processor: Mapping[str, Any], tag: str) -> list[str]:
     """
     if not processor.get("use_relative_action"):
         return []
-    action = ((processor.get("modality_configs") or {}).get(tag) or {}).get("action") or {}
+    action = tag_modality(processor, tag, "action")
     keys = list(action.get("modality_keys") or [])
     configs = action.get("action_configs") or []
     return [
@@ -462,13 +465,13 @@ def sincos_state_keys(processor: Mapping[str, Any], tag: str) -> list[str]:
     """The state groups upstream encodes as ``[sin, cos]`` (``apply_sincos_state_encoding``)."""
     if not processor.get("apply_sincos_state_encoding"):
         return []
-    state = ((processor.get("modality_configs") or {}).get(tag) or {}).get("state") or {}
+    state = tag_modality(processor, tag, "state")
     return list(state.get("sin_cos_embedding_keys") or [])
 
 
 def excludes_state(processor: Mapping[str, Any], tag: str) -> bool:
     """Upstream feeds a zero state: ``exclude_state`` on the processor or the state config."""
-    state = ((processor.get("modality_configs") or {}).get(tag) or {}).get("state") or {}
+    state = tag_modality(processor, tag, "state")
     return bool(processor.get("exclude_state") or state.get("exclude_state"))
 
 
@@ -482,9 +485,8 @@ def check_single_step(processor: Mapping[str, Any], tag: str, source: str) -> No
         CheckpointError: ``modality_configs.<tag>.video`` or ``.state`` lists more than one
             ``delta_indices`` entry.
     """
-    configs = (processor.get("modality_configs") or {}).get(tag) or {}
     for modality in ("video", "state"):
-        steps = (configs.get(modality) or {}).get("delta_indices") or [0]
+        steps = tag_modality(processor, tag, modality).get("delta_indices") or [0]
         if len(steps) > 1:
             raise CheckpointError(
                 f"{source}: modality_configs.{tag}.{modality}.delta_indices = {list(steps)}: "
@@ -506,8 +508,7 @@ def check_action_steps(
         CheckpointError: ``modality_configs.<tag>.action.delta_indices`` lists another
             number of steps than ``action_horizon``.
     """
-    configs = (processor.get("modality_configs") or {}).get(tag) or {}
-    steps = (configs.get("action") or {}).get("delta_indices")
+    steps = tag_modality(processor, tag, "action").get("delta_indices")
     if steps is not None and len(steps) != action_horizon:
         raise CheckpointError(
             f"{source}: modality_configs.{tag}.action.delta_indices has {len(steps)} steps "
@@ -540,11 +541,10 @@ def n17_normalisation(path: Path, tag: str, processor: Mapping[str, Any]) -> dic
             "those groups as [sin, cos] (twice their width), which this import does not build"
         )
     kind = "quantile" if processor.get("use_percentiles") else "min_max"
-    configs = processor.get("modality_configs")
     relative = relative_action_keys(processor, tag)
     parts = {}
     for part, name in (("state", "state"), ("action", "actions")):
-        keys, mean_std = _modality(configs, tag, part, str(path / PROCESSOR_NAME))
+        keys, mean_std = _modality(processor, tag, part, str(path / PROCESSOR_NAME))
         stats = dict(statistics[tag].get(part) or {})
         for key in relative if part == "action" else []:
             found = (statistics[tag].get("relative_action") or {}).get(key)
@@ -674,8 +674,7 @@ def read_checkpoint(
     available = {t: ids[t] for t in statistics if isinstance(ids, Mapping) and t in ids}
     tag = select_embodiment(available, embodiment, str(path / STATISTICS_NAME))
     check_single_step(processor, tag, str(path / PROCESSOR_NAME))
-    slots = ((processor.get("modality_configs") or {}).get(tag) or {}).get("video") or {}
-    processor["image_slots"] = slots.get("modality_keys")
+    processor["image_slots"] = tag_modality(processor, tag, "video").get("modality_keys")
     files = weight_files(path)
     header = read_headers(path, files)
     shapes = {k: v[0] for k, v in header.items()}

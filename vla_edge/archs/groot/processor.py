@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.archs.groot import prompt as _prompt
+from vla_edge.archs.normalisation import NO_BOUND
 from vla_edge.core.errors import NormStatsError
 
 RANGE_FLOOR = 1e-8
@@ -84,9 +85,6 @@ RANGE_FLOOR = 1e-8
 ZERO_SPAN = 2.0**100
 """Half the range of a state dimension upstream reads as 0: ``(x + ZERO_SPAN) /
 (2 ZERO_SPAN) * 2 - 1`` is exactly 0.0 in float64 whenever ``|x| < 2**47``."""
-NO_BOUND = float(np.finfo(np.float64).max)
-"""``actions.low`` / ``actions.high`` of a dimension upstream does not clip (finite, as the
-schema wants)."""
 POLICY_KIND = "quantile"
 """The policy directory's kind every GR00T group is written as (an affine map to [-1, 1])."""
 
