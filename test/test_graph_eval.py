@@ -16,12 +16,18 @@ import pytest
 from ros_test_domain import DomainLease
 
 import vla_edge.bench.soak as st
-from vla_edge.bench.graph_eval import compare, compare_table, graph_episodes, graph_eval_json
+from vla_edge.bench.graph_eval import (
+    compare,
+    compare_table,
+    graph_episodes,
+    graph_eval_json,
+    pool,
+)
 from vla_edge.bench.soak_report import build_report
 from vla_edge.cli import main
 from vla_edge.core.errors import ConfigError
 from vla_edge.sim.episodes import EvalJob
-from vla_edge.sim.evaluator import EvalSettings
+from vla_edge.sim.evaluator import EvalSettings, difference_interval
 
 TASKS = ["pick_red_block_into_bowl", "lift_green_block"]
 
@@ -119,9 +125,44 @@ def test_compare_puts_two_runs_side_by_side_with_wilson_intervals() -> None:
     assert rows[0]["overlap"] is False  # 9/10 against 2/10
     assert rows[1]["b"] is None and rows[1]["overlap"] is None
     assert rows[-1]["a"]["successes"] == 19 and rows[-1]["b"]["episodes"] == 20
+    assert rows[1]["difference"] is None
+    assert rows[0]["difference"]["points"] == pytest.approx(-70.0)
+    low, high = rows[0]["difference"]["ci_95_points"]
+    assert low < -70.0 < high < 0.0  # 9/10 against 2/10: clearly lower
     table = compare_table(rows, "A", "B")
-    assert "| pick_red_block_into_bowl | 9/10 (90 %, 60–98) | 2/10 (20 %, 6–51) | no |" in table
-    assert "| lift_green_block | 10/10 (100 %, 72–100) | – | – |" in table
+    assert (
+        "| pick_red_block_into_bowl | 9/10 (90 %, 60–98) | 2/10 (20 %, 6–51) | no | "
+        f"-70 ({low:+.0f} to {high:+.0f}) |" in table
+    )
+    assert "| lift_green_block | 10/10 (100 %, 72–100) | – | – | – |" in table
+
+
+def test_the_difference_interval_is_newcombes_hybrid_score_interval() -> None:
+    # Newcombe (1998), Statistics in Medicine 17:873, table II, example (a):
+    # 56/70 against 48/80, method 10: 0.0524 to 0.3339
+    low, high = difference_interval(48, 80, 56, 70)
+    assert (low, high) == pytest.approx((0.0524, 0.3339), abs=1e-4)
+    # the second rate minus the first: swapping the sides mirrors the interval
+    assert difference_interval(56, 70, 48, 80) == pytest.approx((-high, -low))
+    assert difference_interval(10, 10, 10, 10)[0] < 0.0 < difference_interval(10, 10, 10, 10)[1]
+    assert -1.0 <= difference_interval(10, 10, 0, 10)[0] <= difference_interval(10, 10, 0, 10)[1]
+    with pytest.raises(ConfigError, match="needs episodes on both sides"):
+        difference_interval(0, 0, 3, 10)
+
+
+def test_pool_adds_up_runs_of_the_same_episodes() -> None:
+    runs = [
+        eval_json({TASKS[0]: (9, 10), TASKS[1]: (4, 10)}, virtual=True),
+        eval_json({TASKS[0]: (10, 10), TASKS[1]: (6, 10)}, virtual=True),
+    ]
+    pooled = pool(runs)
+    assert pooled["tasks"][TASKS[0]] == {"successes": 19, "episodes": 20}
+    assert pooled["tasks"][TASKS[1]] == {"successes": 10, "episodes": 20}
+    assert pooled["settings"] == {"virtual_time": True, "runs": 2}
+    mixed = pool([runs[0], eval_json({TASKS[0]: (1, 10)}, virtual=False)])
+    assert "virtual_time" not in mixed["settings"]
+    with pytest.raises(ConfigError, match="no evaluation runs"):
+        pool([])
 
 
 def test_vla_edge_eval_compare_prints_the_table_and_names_a_bad_file(tmp_path, capsys) -> None:
@@ -131,9 +172,16 @@ def test_vla_edge_eval_compare_prints_the_table_and_names_a_bad_file(tmp_path, c
     assert main(["eval", "--compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "a.json (virtual time)" in out and "b.json (graph)" in out and "| yes |" in out
+    a2 = tmp_path / "a2.json"
+    a2.write_text(json.dumps(eval_json({TASKS[0]: (7, 10)}, virtual=True)))
+    assert main(["eval", "--compare", f"{a},{a2}", str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs pooled (virtual time)" in out and "| 12/20 (60 %, 39–78) |" in out
     b.write_text("{}")
     with pytest.raises(ConfigError, match=r"--compare .*b.json: not an evaluation JSON"):
         main(["eval", "--compare", str(a), str(b)])
+    with pytest.raises(ConfigError, match="no evaluation JSON named"):
+        main(["eval", "--compare", ",", str(a)])
 
 
 @pytest.mark.ros

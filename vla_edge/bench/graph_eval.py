@@ -13,7 +13,8 @@ The JSON has the virtual-time evaluator's fields where the graph measures the sa
 arrival, chunks accepted / refused (stale), buffer underruns, the controller's period
 jitter, the share of ticks the safety node limited, inference wall times, each episode as
 it ran. :func:`compare` puts two evaluation JSONs (virtual time or graph) side by side per
-task with their Wilson intervals.
+task with their Wilson intervals and the difference of the rates with its 95 % interval;
+:func:`pool` adds up several runs of the same episodes (noise seeds, graph runs) first.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.sim.episodes import EvalJob
-from vla_edge.sim.evaluator import wilson_interval
+from vla_edge.sim.evaluator import difference_interval, wilson_interval
 
 HOMING_ALLOWANCE_S = 20.0
 """Per episode, beyond its budget: the reset (homing, re-placing) and the settle after success."""
@@ -196,10 +197,37 @@ def _last_sample(columns: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
     return out
 
 
+def pool(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Several evaluation JSONs as one: per task, the runs' successes and episodes added up.
+
+    For runs of the same episodes (virtual time with other noise seeds, the graph run
+    again): what :func:`compare` reads (``tasks.<task>.{successes, episodes}``, and
+    ``settings.virtual_time`` when every run agrees on it).
+
+    Raises:
+        ConfigError: no runs.
+    """
+    from vla_edge.core.errors import ConfigError
+
+    if not runs:
+        raise ConfigError("pool: no evaluation runs")
+    tasks: dict[str, dict[str, int]] = {}
+    for run in runs:
+        for name, task in run["tasks"].items():
+            total = tasks.setdefault(name, {"successes": 0, "episodes": 0})
+            total["successes"] += int(task["successes"])
+            total["episodes"] += int(task["episodes"])
+    kinds = {bool(run.get("settings", {}).get("virtual_time", True)) for run in runs}
+    settings = {"virtual_time": kinds.pop()} if len(kinds) == 1 else {}
+    return {"tasks": tasks, "settings": {**settings, "runs": len(runs)}}
+
+
 def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Two evaluation JSONs per task: successes, rates, Wilson intervals, whether they overlap.
 
-    Tasks in ``a``'s order, then those only ``b`` has; an overall row last.
+    Tasks in ``a``'s order, then those only ``b`` has; an overall row last. Where both
+    sides ran a task, ``difference`` is ``b``'s rate minus ``a``'s in points with its 95 %
+    interval (:func:`~vla_edge.sim.evaluator.difference_interval`).
     """
     names = list(a["tasks"]) + [n for n in b["tasks"] if n not in a["tasks"]]
     rows = []
@@ -216,9 +244,11 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
             totals[key][1] += n
             row[key] = _side(successes, n)
         row["overlap"] = _overlap(row["a"], row["b"])
+        row["difference"] = _difference(row["a"], row["b"])
         rows.append(row)
     overall = {"task": "overall", "a": _side(*totals["a"]), "b": _side(*totals["b"])}
     overall["overlap"] = _overlap(overall["a"], overall["b"])
+    overall["difference"] = _difference(overall["a"], overall["b"])
     rows.append(overall)
     return rows
 
@@ -239,23 +269,45 @@ def _overlap(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool |
     return lo_a <= hi_b and lo_b <= hi_a
 
 
+def _difference(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if a is None or b is None or not a["episodes"] or not b["episodes"]:
+        return None
+    low, high = difference_interval(a["successes"], a["episodes"], b["successes"], b["episodes"])
+    return {
+        "points": 100.0 * (b["rate"] - a["rate"]),
+        "ci_95_points": [100.0 * low, 100.0 * high],
+    }
+
+
+def difference_cell(difference: Mapping[str, Any] | None) -> str:
+    """A :func:`compare` row's difference: ``+6 (−2 to +14)`` points, or ``–``."""
+    if difference is None:
+        return "–"
+    low, high = difference["ci_95_points"]
+    return f"{difference['points']:+.0f} ({low:+.0f} to {high:+.0f})"
+
+
+def side_cell(side: Mapping[str, Any] | None) -> str:
+    """One side of a :func:`compare` row: ``9/10 (90 %, 60–98)`` (Wilson 95 %), or ``–``."""
+    if side is None or not side["episodes"]:
+        return "–"
+    lo, hi = side["wilson_95"]
+    return (
+        f"{side['successes']}/{side['episodes']} ({100 * side['rate']:.0f} %, "
+        f"{100 * lo:.0f}–{100 * hi:.0f})"
+    )
+
+
 def compare_table(rows: Sequence[Mapping[str, Any]], label_a: str, label_b: str) -> str:
     """:func:`compare`'s rows as a Markdown table (rates in %, Wilson 95 % intervals)."""
-
-    def cell(side: Mapping[str, Any] | None) -> str:
-        if side is None or not side["episodes"]:
-            return "–"
-        lo, hi = side["wilson_95"]
-        return (
-            f"{side['successes']}/{side['episodes']} ({100 * side['rate']:.0f} %, "
-            f"{100 * lo:.0f}–{100 * hi:.0f})"
-        )
-
     lines = [
-        f"| task | {label_a} | {label_b} | intervals overlap |",
-        "|---|---|---|---|",
+        f"| task | {label_a} | {label_b} | intervals overlap | second − first, points (95 %) |",
+        "|---|---|---|---|---|",
     ]
     for row in rows:
         overlap = {True: "yes", False: "no", None: "–"}[row["overlap"]]
-        lines.append(f"| {row['task']} | {cell(row['a'])} | {cell(row['b'])} | {overlap} |")
+        lines.append(
+            f"| {row['task']} | {side_cell(row['a'])} | {side_cell(row['b'])} | {overlap} | "
+            f"{difference_cell(row['difference'])} |"
+        )
     return "\n".join(lines)

@@ -122,10 +122,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare",
         nargs=2,
-        metavar=("A.json", "B.json"),
+        metavar=("A.json[,A2.json...]", "B.json[,B2.json...]"),
         default=None,
         help="print two evaluation JSONs (virtual time or --graph) side by side per task, "
-        "with Wilson intervals; runs nothing",
+        "with Wilson intervals and B's rate minus A's with its 95 %% interval; a side of "
+        "several comma-separated JSONs (runs of the same episodes) is pooled; runs nothing",
     )
 
 
@@ -255,23 +256,38 @@ def run_graph(args: argparse.Namespace, job: EvalJob, names: list[str]) -> int:
     return 0 if result["complete"] else 1
 
 
-def compare_files(path_a: str, path_b: str) -> int:
-    """``--compare``: two evaluation JSONs side by side per task (a Markdown table)."""
-    from vla_edge.bench.graph_eval import compare, compare_table
+def compare_files(side_a: str, side_b: str) -> int:
+    """``--compare``: two sides side by side per task (a Markdown table).
 
-    runs = []
-    for path in (path_a, path_b):
-        try:
-            runs.append(json.loads(Path(path).read_text()))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"--compare {path}: not an evaluation JSON ({exc})") from exc
-        if not isinstance(runs[-1], dict) or "tasks" not in runs[-1]:
-            raise ConfigError(f"--compare {path}: not an evaluation JSON (no 'tasks')")
-    labels = [_label(run, path) for run, path in zip(runs, (path_a, path_b), strict=True)]
-    print(compare_table(compare(*runs), *labels))
+    A side is one evaluation JSON, or several separated by commas, pooled.
+    """
+    from vla_edge.bench.graph_eval import compare, compare_table, pool
+
+    sides, labels = [], []
+    for side in (side_a, side_b):
+        paths = [p for p in side.split(",") if p]
+        if not paths:
+            raise ConfigError(f"--compare {side!r}: no evaluation JSON named")
+        runs = [_read_eval(path) for path in paths]
+        sides.append(runs[0] if len(runs) == 1 else pool(runs))
+        labels.append(_label(runs, paths))
+    print(compare_table(compare(*sides), *labels))
     return 0
 
 
-def _label(run: dict[str, Any], path: str) -> str:
-    virtual = run.get("settings", {}).get("virtual_time", True)
-    return f"{Path(path).name} ({'virtual time' if virtual else 'graph'})"
+def _read_eval(path: str) -> dict[str, Any]:
+    try:
+        run = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--compare {path}: not an evaluation JSON ({exc})") from exc
+    if not isinstance(run, dict) or "tasks" not in run:
+        raise ConfigError(f"--compare {path}: not an evaluation JSON (no 'tasks')")
+    return run
+
+
+def _label(runs: list[dict[str, Any]], paths: list[str]) -> str:
+    kinds = {run.get("settings", {}).get("virtual_time", True) for run in runs}
+    kind = "mixed" if len(kinds) > 1 else ("virtual time" if kinds.pop() else "graph")
+    if len(paths) == 1:
+        return f"{Path(paths[0]).name} ({kind})"
+    return f"{len(paths)} runs pooled ({kind})"

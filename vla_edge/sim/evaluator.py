@@ -128,6 +128,27 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def difference_interval(
+    successes_a: int, n_a: int, successes_b: int, n_b: int
+) -> tuple[float, float]:
+    """95 % interval of the difference of two success rates, ``rate_b - rate_a``.
+
+    Newcombe's hybrid score interval: each side's distance to its Wilson bounds,
+    combined in quadrature (it stays inside [-1, 1] and behaves near 0 and 1 %).
+
+    Raises:
+        ConfigError: a side without episodes.
+    """
+    if n_a <= 0 or n_b <= 0:
+        raise ConfigError(f"a difference of rates needs episodes on both sides (n = {n_a}, {n_b})")
+    rate_a, rate_b = successes_a / n_a, successes_b / n_b
+    low_a, high_a = wilson_interval(successes_a, n_a)
+    low_b, high_b = wilson_interval(successes_b, n_b)
+    below = math.hypot(rate_b - low_b, high_a - rate_a)
+    above = math.hypot(high_b - rate_b, rate_a - low_a)
+    return (rate_b - rate_a - below, rate_b - rate_a + above)
+
+
 def scheme_merge(settings: EvalSettings) -> str:
     """The merge strategy a scheme runs with (ours: the configured one)."""
     return {"async": settings.merge, "sync": "replace", "lerobot": "weighted"}[settings.scheme]
