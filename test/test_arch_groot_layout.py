@@ -94,9 +94,16 @@ def upstream_config_json(config: GrootConfig) -> dict:
 
 
 def write_upstream_n17(
-    root: Path, model: GrootModel, use_percentiles: bool = True, lm_head: bool = True
+    root: Path,
+    model: GrootModel,
+    use_percentiles: bool = True,
+    lm_head: bool = True,
+    processor_kwargs: dict | None = None,
 ) -> Path:
-    """A tiny checkpoint in upstream's N1.7 layout: two shards and their index."""
+    """A tiny checkpoint in upstream's N1.7 layout: two shards and their index.
+
+    ``processor_kwargs``: more ``processor_config.json`` kwargs (e.g. the image transform's).
+    """
     root.mkdir(parents=True, exist_ok=True)
     c = model.config
     sd = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
@@ -139,6 +146,7 @@ def write_upstream_n17(
             "use_percentiles": use_percentiles,
             "use_mean_std": False,
             "clip_outliers": True,
+            **(processor_kwargs or {}),
         },
     }
     (root / "processor_config.json").write_text(json.dumps(processor))

@@ -176,11 +176,13 @@ def test_export_model_writes_a_manifest_with_groots_registered_prompt(onnx_expor
 
 
 def test_the_onnx_runner_chunk_equals_sample_actions(onnx_export, model) -> None:
-    """The runner's host side (images in [-1, 1], GR00T's prompt, the normalised state
-    padded to ``max_state_dim``) and its chained programs give ``sample_actions``'s actions
-    on the same inputs and noise, decoded with the export's statistics."""
+    """The runner's host side (images through upstream's centre-crop fit, in [-1, 1],
+    GR00T's prompt, the normalised state padded to ``max_state_dim``) and its chained
+    programs give ``sample_actions``'s actions on the same inputs and noise, decoded with
+    the export's statistics."""
     from vla_edge.archs.groot.prompt import GrootPromptTokenizer
     from vla_edge.core.types import Observation
+    from vla_edge.runners.image_resize import fit_center_crop
     from vla_edge.runners.onnx_runner import OnnxRunner
     from vla_edge.runners.preprocess import decode_chunk
 
@@ -201,7 +203,13 @@ def test_the_onnx_runner_chunk_equals_sample_actions(onnx_export, model) -> None
     noise = rng.standard_normal((c.action_horizon, c.max_action_dim)).astype(np.float32)
     chunk = runner.infer(obs, noise=noise)
 
-    slots = [images[CAMERA_MAP[s]] for s in c.image_slots]
+    fit = runner.manifest.data["host"]["images"]
+    assert (fit["resize"], fit["resample"]) == ("center_crop", "cv2_area")
+    assert (fit["crop_fraction"], fit["letterbox"]) == (c.image_crop_fraction, True)
+    slots = [
+        fit_center_crop(images[CAMERA_MAP[s]], size, size, c.image_crop_fraction, True)
+        for s in c.image_slots
+    ]
     pixels = np.stack([im.transpose(2, 0, 1) for im in slots]).astype(np.float32) / 255 * 2 - 1
     ids, mask = GrootPromptTokenizer(tokenizer, c.max_token_len).encode(obs.instruction)
     state = np.zeros((1, c.max_state_dim), dtype=np.float32)

@@ -215,7 +215,8 @@ def test_import_writes_a_policy_directory_with_groots_prompt_that_loads(
     assert loaded.prompt == {"format": "groot"}
     assert loaded.tokenizer["kind"] == "huggingface"
     assert loaded.normalisation["embodiment"] == TAG
-    assert loaded.images["resize"] == "pad"
+    assert (loaded.images["resize"], loaded.images["resample"]) == ("center_crop", "cv2_area")
+    assert (loaded.images["crop_fraction"], loaded.images["letterbox"]) == (0.95, True)
     assert loaded.cameras == CAMERAS
     assert loaded.tokenizer_dir is not None and loaded.tokenizer_dir.is_dir()
     encoder = GrootPromptTokenizer(loaded.tokenizer_dir, loaded.config.max_token_len)

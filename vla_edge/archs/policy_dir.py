@@ -27,7 +27,9 @@
       width: 224
       pixel_range: [-1.0, 1.0]
       resize: pad                          # aspect kept, centred on zeros (openpi);
-                                           # pad_top_left: zeros left and top (LeRobot SmolVLA)
+                                           # pad_top_left: zeros left and top (LeRobot SmolVLA);
+                                           # center_crop: GR00T N1.7's, with crop_fraction
+                                           # (0, 1] and letterbox (true / false)
     action_space: {kind: joint_position, policy_dim: 32, indices: [...], ...}
     state_space: {kind: joint_position}    # or eef_pose (openpi LIBERO's 8-D state);
                                            # absent: joint_position (vla_edge.actions.state)
@@ -83,7 +85,62 @@ from vla_edge.core.errors import (
 FORMAT = "vla_edge.policy.v1"
 POLICY_FILE = "policy.yaml"
 WEIGHTS_FILE = "model.safetensors"
-RESIZE_MODES = ("pad", "pad_top_left")
+RESIZE_MODES = ("pad", "pad_top_left", "center_crop")
+"""``images.resize`` values: the export manifest's fitting modes (``stretch`` aside)."""
+CROP_FIELDS = ("crop_fraction", "letterbox")
+"""``images`` fields of ``center_crop`` only (and the export manifest's ``host.images``):
+``crop_fraction`` (required, in (0, 1]), ``letterbox`` (optional bool, default false: pad a
+non-square image to a square first)."""
+
+
+def image_fit_problem(
+    images: Mapping[str, Any], height: Any, width: Any, prefix: str
+) -> str | None:
+    """What is wrong with the :data:`CROP_FIELDS` of ``images`` (``None``: nothing).
+
+    They belong to ``center_crop`` only: ``crop_fraction`` in ``(0, 1]``, ``letterbox`` a
+    bool, ``height == width``. ``prefix`` names the mapping in the message (``images``
+    in a policy directory, ``host.images`` in an export manifest).
+    """
+    if images.get("resize") != "center_crop":
+        extra = [name for name in CROP_FIELDS if name in images]
+        if extra:
+            return (
+                f"{prefix}.{extra[0]} = {images[extra[0]]!r} is for resize center_crop only, "
+                f"but {prefix}.resize = {images.get('resize')!r}"
+            )
+        return None
+    fraction = images.get("crop_fraction")
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, (int, float))
+        or not 0.0 < fraction <= 1.0
+    ):
+        return (
+            f"{prefix}.crop_fraction = {fraction!r}, expected a number in (0, 1] "
+            "(resize center_crop keeps that fraction of each side)"
+        )
+    if not isinstance(images.get("letterbox", False), bool):
+        return f"{prefix}.letterbox = {images['letterbox']!r}, expected true or false"
+    if height != width:
+        return (
+            f"the image height {height!r} and width {width!r} differ, but resize "
+            "center_crop fits square images"
+        )
+    return None
+
+
+def check_image_fit(images: Mapping[str, Any], where: str) -> None:
+    """:func:`image_fit_problem` of a policy directory's ``images``.
+
+    Raises:
+        PolicyDirError: a crop field with another resize, ``crop_fraction`` outside
+            ``(0, 1]``, ``letterbox`` not a bool, or ``height != width`` with ``center_crop``.
+    """
+    why = image_fit_problem(images, images.get("height"), images.get("width"), "images")
+    if why is not None:
+        raise PolicyDirError(f"{where}: {why}")
+
 
 # -- the directory -----------------------------------------------------------------------
 
@@ -283,6 +340,7 @@ def policy_from_dict(data: Mapping[str, Any], path: Path) -> PolicyDir:
         raise PolicyDirError(
             f"{where}: images.resize = {images.get('resize')!r}, expected one of {RESIZE_MODES}"
         )
+    check_image_fit(images, str(where))
     normalisation = _require(data, "normalisation", dict, where)
     check_normalisation(normalisation, str(where))
     tokenizer = _require(data, "tokenizer", dict, where)

@@ -20,8 +20,9 @@ own tensors, so one runner per backend runs any architecture::
      "output": "action_head.actions_norm",
      "host": {"images": {"shape", "dtype", "slots": [{"name", "camera"}],
                          "pixel_range": [0.0, 1.0] | [-1.0, 1.0],
-                         "resize": "stretch" | "pad" | "pad_top_left",
-                         "resample": ...},   # optional, see RESAMPLE_MODES
+                         "resize": "stretch" | "pad" | "pad_top_left" | "center_crop",
+                         "resample": ...,    # optional, see RESAMPLE_MODES
+                         "crop_fraction", "letterbox"},  # center_crop only: policy_dir.CROP_FIELDS
               "image_mask", "state", "noise", "prefix_actions", "prefix_mask": {"shape", "dtype"},
               "token_ids": {"shape", "dtype", "tokenizer": {"kind", "file", "sha256"},
                             "prompt": "instruction" | "pi0" | "pi05_state" | "smolvla"},
@@ -125,6 +126,7 @@ from vla_edge.archs.host import (
     tokenizer_kinds,
 )
 from vla_edge.archs.normalisation import HostCodec, codec_from_section
+from vla_edge.archs.policy_dir import image_fit_problem
 from vla_edge.core.errors import ManifestMismatchError
 
 MANIFEST_FORMAT = "vla_edge.export.v2"
@@ -142,14 +144,22 @@ REPEAT_SOURCE = "repeat"
 INSTRUCTION_INPUTS = ("token_ids", "token_mask")
 """Host inputs that depend on the instruction only (a ``per_instruction`` stage may read them)."""
 PIXEL_RANGES = ((0.0, 1.0), (-1.0, 1.0))
-RESIZE_MODES = ("stretch", "pad", "pad_top_left")
+RESIZE_MODES = ("stretch", "pad", "pad_top_left", "center_crop")
 """``stretch``: images arrive at the model's size; ``pad``: openpi's ``resize_with_pad``
 (aspect kept, centred on black); ``pad_top_left``: LeRobot SmolVLA's (aspect kept, torch
-bilinear on [0, 1] floats, zeros on the left and top); see :mod:`vla_edge.runners.image_resize`."""
-RESAMPLE_MODES = {"stretch": (), "pad": ("pil_bilinear",), "pad_top_left": ("bilinear",)}
+bilinear on [0, 1] floats, zeros on the left and top); ``center_crop``: Isaac-GR00T N1.7's
+evaluation transform (optional letterbox, shortest side to the model's, centre crop of
+``crop_fraction``, resize again; square images); see :mod:`vla_edge.runners.image_resize`."""
+RESAMPLE_MODES = {
+    "stretch": (),
+    "pad": ("pil_bilinear",),
+    "pad_top_left": ("bilinear",),
+    "center_crop": ("cv2_area",),
+}
 """The filter each resize mode uses, which ``host.images.resample`` may state (optional):
 ``pil_bilinear`` (PIL's antialiased bilinear, openpi), ``bilinear`` (torch's
-``interpolate(mode="bilinear", align_corners=False)``, no antialiasing)."""
+``interpolate(mode="bilinear", align_corners=False)``, no antialiasing), ``cv2_area``
+(OpenCV's ``INTER_AREA``)."""
 TOKEN_MASK_DTYPES = ("int64", "float32")
 
 
@@ -551,6 +561,9 @@ def _validate_host(
             images["resample"],
             RESAMPLE_MODES[images["resize"]],
         )
+    why = image_fit_problem(images, data["image_height"], data["image_width"], "host.images")
+    if why is not None:
+        raise ManifestMismatchError(f"{where}: field {why}")
     if "image_mask" in host:
         _expect_shape(
             where, "host.image_mask", host["image_mask"], (len(slots),), "float32",

@@ -366,10 +366,12 @@ class ExportedRunner:
 
     @property
     def image_resize(self) -> str:
-        """How the model's images are fitted: ``stretch``, ``pad`` or ``pad_top_left``.
+        """How the model's images are fitted (``host.images.resize``).
 
-        ``pad`` (openpi's resize_with_pad) / ``pad_top_left`` (LeRobot SmolVLA's):
-        images of any size are resized here.
+        ``pad`` (openpi's resize_with_pad) / ``pad_top_left`` (LeRobot SmolVLA's) /
+        ``center_crop`` (Isaac-GR00T N1.7's, with ``host.images.crop_fraction`` and
+        ``letterbox``): images of any size are resized here (``center_crop``: square
+        ones, or any with the letterbox).
         ``stretch``: observations must arrive at the model's size; a caller that
         receives other sizes (the openpi-protocol server) resizes them first.
         """
@@ -467,6 +469,8 @@ class ExportedRunner:
             self.spec.image_width,
             tuple(entry["pixel_range"]),
             resize=self.image_resize,
+            crop_fraction=float(entry.get("crop_fraction", 1.0)),
+            letterbox=bool(entry.get("letterbox", False)),
         )
         values = {"host:images": images}
         if "image_mask" in self.manifest.host:

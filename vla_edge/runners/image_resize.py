@@ -36,6 +36,25 @@ LeRobot's SmolVLA fits images differently (``resize_with_pad`` in
 :func:`resize_with_pad_top_left` (a manifest's ``resize: pad_top_left``,
 ``resample: bilinear``) does that in numpy; :func:`resample_bilinear_float` is
 the torch resize alone. The 1-px departure above applies to it too.
+
+Isaac-GR00T N1.7's evaluation transform (albumentations, ``build_image_transformations_
+albumentations`` in ``gr00t/model/gr00t_n1d7/image_augmentations.py``) fits a camera
+image in up to four steps, each with OpenCV's ``INTER_AREA`` filter:
+
+1. pads it to a square on zeros, centred, the odd pixel of padding going to the
+   bottom / right (``LetterBoxPad``; always at the commit followed, optional through
+   ``letter_box_transform`` in later versions);
+2. resizes it so that its shortest side is the model's (``SmallestMaxSize``: each side
+   ``round(side * size / shortest)``, Python's rounding; no resize at scale 1);
+3. crops the centre ``int(h * f) x int(w * f)`` (at least 1 px) at
+   ``((h - ch) // 2, (w - cw) // 2)``, ``f`` the crop fraction;
+4. resizes that crop as in step 2.
+
+:func:`fit_center_crop` (a manifest's ``resize: center_crop``, ``resample: cv2_area``)
+does those steps with ``cv2.resize``, so its pixels are upstream's wherever both run the
+same OpenCV build. Without the letterbox it takes square images only: upstream then
+hands a non-square result to the Qwen3-VL processor at its own shape, which a program of
+fixed square input cannot take.
 """
 
 from __future__ import annotations
@@ -50,9 +69,11 @@ from vla_edge.core.errors import InvalidObservationError
 MAX_IMAGE_SIDE_PX = 4096
 """Largest accepted image height or width, source or target."""
 
-FIT_MODES = ("pad", "pad_top_left")
+FIT_MODES = ("pad", "pad_top_left", "center_crop")
 """Resize modes with which a runner fits images of any size itself: ``pad`` (openpi's
-:func:`resize_with_pad`), ``pad_top_left`` (LeRobot SmolVLA's, :func:`resize_with_pad_top_left`)."""
+:func:`resize_with_pad`), ``pad_top_left`` (LeRobot SmolVLA's, :func:`resize_with_pad_top_left`),
+``center_crop`` (Isaac-GR00T N1.7's, :func:`fit_center_crop`; square images, or any with
+the letterbox)."""
 
 _PRECISION_BITS = 22
 """Fixed-point bits of PIL's 8-bit resampling coefficients (32 - 8 - 2)."""
@@ -259,4 +280,83 @@ def resize_with_pad_top_left(image: np.ndarray, height: int, width: int) -> np.n
     for frame, canvas in zip(frames, out, strict=True):
         pixels = frame.astype(np.float32) / np.float32(255.0)
         canvas[top:, left:] = resample_bilinear_float(pixels, resized_h, resized_w)
+    return out.reshape(*image.shape[:-3], height, width, image.shape[-1])
+
+
+# ------------------------------------------------------- Isaac-GR00T N1.7's eval transform
+
+
+def letterbox_square(image: np.ndarray) -> np.ndarray:
+    """``uint8 [h, w, C]`` centred on a zero ``max(h, w)`` square (the odd pixel bottom / right)."""
+    h, w = image.shape[:2]
+    if h == w:
+        return image
+    side = max(h, w)
+    top, left = (side - h) // 2, (side - w) // 2
+    out = np.zeros((side, side, *image.shape[2:]), dtype=image.dtype)
+    out[top : top + h, left : left + w] = image
+    return out
+
+
+def shortest_side_size(h: int, w: int, size: int) -> tuple[int, int]:
+    """``(h, w)`` with the shortest side at ``size`` (albumentations' ``SmallestMaxSize``)."""
+    scale = size / float(min(h, w))
+    if scale == 1.0:
+        return h, w
+    return round(h * scale), round(w * scale)
+
+
+def center_crop_box(h: int, w: int, crop_fraction: float) -> tuple[int, int, int, int]:
+    """``(top, left, crop_h, crop_w)`` of the centre ``crop_fraction`` of an ``h x w`` image."""
+    crop_h = max(1, int(h * crop_fraction))
+    crop_w = max(1, int(w * crop_fraction))
+    return (h - crop_h) // 2, (w - crop_w) // 2, crop_h, crop_w
+
+
+def _area_resize(image: np.ndarray, size: int) -> np.ndarray:
+    """``image`` with its shortest side scaled to ``size`` by ``cv2.INTER_AREA`` (or as it is)."""
+    import cv2
+
+    h, w = image.shape[:2]
+    new_h, new_w = shortest_side_size(h, w, size)
+    if (new_h, new_w) == (h, w):
+        return image
+    resized = cv2.resize(np.ascontiguousarray(image), (new_w, new_h), interpolation=cv2.INTER_AREA)
+    return resized.reshape(new_h, new_w, *image.shape[2:])
+
+
+def fit_center_crop(
+    image: np.ndarray, height: int, width: int, crop_fraction: float, letterbox: bool = False
+) -> np.ndarray:
+    """``uint8 [..., h, w, C]`` -> ``uint8 [..., height, width, C]`` as Isaac-GR00T N1.7 evaluates.
+
+    Letterbox (when ``letterbox``), shortest side to ``height``, centre crop of
+    ``crop_fraction``, shortest side to ``height`` again, each resize ``cv2.INTER_AREA``
+    (see the module docstring). Leading axes are a batch.
+
+    Raises:
+        InvalidObservationError: as :func:`resize_with_pad`; the target is not square;
+            ``crop_fraction`` is outside ``(0, 1]``; the image is not square and
+            ``letterbox`` is off.
+    """
+    h, w = _check_image(image, height, width)
+    if height != width:
+        raise InvalidObservationError(
+            f"target = {height} x {width} px: the centre-crop fit makes square images only"
+        )
+    if not 0.0 < crop_fraction <= 1.0:
+        raise InvalidObservationError(f"crop_fraction = {crop_fraction}: must be in (0, 1]")
+    if h != w and not letterbox:
+        raise InvalidObservationError(
+            f"image = {h} x {w} px is not square: GR00T's processor gives such an image to "
+            "its vision model at that shape, which the square program cannot take; crop the "
+            "camera to a square, or fit with the letterbox (host.images.letterbox: true, "
+            "as a GR00T import writes)"
+        )
+    frames = image.reshape(-1, h, w, image.shape[-1])
+    out = np.empty((frames.shape[0], height, width, image.shape[-1]), dtype=np.uint8)
+    for frame, canvas in zip(frames, out, strict=True):
+        square = _area_resize(letterbox_square(frame), height)
+        top, left, crop_h, crop_w = center_crop_box(*square.shape[:2], crop_fraction)
+        canvas[...] = _area_resize(square[top : top + crop_h, left : left + crop_w], height)
     return out.reshape(*image.shape[:-3], height, width, image.shape[-1])

@@ -8,7 +8,8 @@ runners feed their programs the same tensors as the reference:
   the declared pixel range ([0, 1] or [-1, 1]), slots in the model's order, a
   slot without a camera black and masked (:func:`images_input`); with resize
   ``pad`` an image of any size is fitted first with openpi's
-  ``resize_with_pad``, with ``pad_top_left`` with LeRobot SmolVLA's
+  ``resize_with_pad``, with ``pad_top_left`` with LeRobot SmolVLA's, with
+  ``center_crop`` with Isaac-GR00T N1.7's evaluation transform
   (:mod:`vla_edge.runners.image_resize`), with ``stretch`` it must arrive at
   the model's size;
 * state: the policy's state ``[S]`` (the robot's joints, or what its state space
@@ -42,6 +43,7 @@ from vla_edge.runners.base import RunnerSpec, start_noise
 from vla_edge.runners.image_resize import (
     FIT_MODES,
     MAX_IMAGE_SIDE_PX,
+    fit_center_crop,
     resize_with_pad,
     resize_with_pad_top_left,
 )
@@ -61,6 +63,8 @@ def images_input(
     width: int,
     pixel_range: tuple[float, float] = (0.0, 1.0),
     resize: str = "stretch",
+    crop_fraction: float = 1.0,
+    letterbox: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``[n_slots, 3, height, width]`` float32 images and the ``[n_slots]`` float32 mask.
 
@@ -77,10 +81,26 @@ def images_input(
         resize: ``pad``: each image goes through openpi's ``resize_with_pad``
             (untouched at the model's size); ``pad_top_left``: through LeRobot
             SmolVLA's, on ``x / 255`` floats (``resize_with_pad_top_left``);
+            ``center_crop``: through Isaac-GR00T N1.7's evaluation transform
+            (``fit_center_crop`` with ``crop_fraction`` and ``letterbox``);
             ``stretch``: images are already ``height x width``.
+
+    Raises:
+        InvalidObservationError: with ``center_crop`` and no ``letterbox``, a camera
+            whose image is not square (named, with its size).
     """
     black = np.zeros((height, width, 3), dtype=np.uint8)
     frames = [black if camera is None else images[camera] for camera in slots]
+    if resize == "center_crop":
+        fitted_frames = []
+        for camera, frame in zip(slots, frames, strict=True):
+            try:
+                fitted_frames.append(
+                    fit_center_crop(frame, height, width, crop_fraction, letterbox)
+                )
+            except InvalidObservationError as exc:
+                raise InvalidObservationError(f"images[{camera!r}]: {exc}") from exc
+        frames = fitted_frames
     if resize == "pad_top_left":
         fitted = np.stack([resize_with_pad_top_left(frame, height, width) for frame in frames])
         nchw = np.ascontiguousarray(fitted.transpose(0, 3, 1, 2))
@@ -283,10 +303,11 @@ def validate_observation(
 
     Shared by every backend (numpy only, so the ONNX / ExecuTorch runners stay
     free of torch). ``resize``: ``stretch`` wants every image at the spec's
-    size; ``pad`` and ``pad_top_left`` (the runner fits them) take any
-    ``[h, w, 3]`` with sides in ``[1, MAX_IMAGE_SIDE_PX]``. ``state_dim``: the
-    state's width (default the spec's joints; a runner's native path takes the
-    policy's own state).
+    size; ``pad``, ``pad_top_left`` and ``center_crop`` (the runner fits them) take
+    any ``[h, w, 3]`` with sides in ``[1, MAX_IMAGE_SIDE_PX]`` (``center_crop``
+    refuses a non-square one without its letterbox when it fits it,
+    :func:`images_input`). ``state_dim``: the state's width (default the spec's
+    joints; a runner's native path takes the policy's own state).
     """
     if not isinstance(obs.images, dict):
         raise InvalidObservationError(f"images must be a dict, got {type(obs.images).__name__}")

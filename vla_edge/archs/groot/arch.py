@@ -46,6 +46,8 @@ def detect(config_json: Mapping[str, Any], path: Path) -> str | None:
 
 def facts(config: Any) -> PolicyFacts:
     """What a GR00T policy directory states about ``config`` (attribute reads only)."""
+    from vla_edge.archs.groot.processor import image_fit
+
     return PolicyFacts(
         chunk_horizon=config.action_horizon,
         action_dim=config.max_action_dim,
@@ -53,10 +55,9 @@ def facts(config: Any) -> PolicyFacts:
         max_token_len=config.max_token_len,
         image_slots=tuple(config.image_slots),
         image_size=config.vision.image_size,
-        # Qwen3-VL's image processor: mean 0.5, std 0.5 on [0, 1] pixels, at the square
-        # image_target_size; upstream's resize filter is not stated (not checked here), and
-        # the policy schema has no plain resize: "pad" equals it for a square camera image
-        images={"pixel_range": [-1.0, 1.0], "resize": "pad"},
+        # Qwen3-VL's image processor: mean 0.5, std 0.5 on [0, 1] pixels, after upstream's
+        # evaluation transform (processor.image_fit)
+        images={"pixel_range": [-1.0, 1.0], **image_fit(config)},
         prompt={"format": PROMPT_FORMAT},
     )
 

@@ -9,7 +9,8 @@ Two published layouts (NVIDIA/Isaac-GR00T; facts and sources in ``reference/groo
   ``model.safetensors.index.json`` (keys under ``backbone.model.model.`` and
   ``action_head.``), ``processor_config.json`` (``processor_kwargs``: ``modality_configs``
   per embodiment tag, ``use_percentiles``, ``use_mean_std``, ``clip_outliers``,
-  ``image_target_size``), ``statistics.json`` (``{tag: {"state" | "action": {group:
+  ``image_target_size`` and the image transform's keys, :func:`image_fit_fields`),
+  ``statistics.json`` (``{tag: {"state" | "action": {group:
   {min, max, mean, std, q01, q99}}}}``) and ``embodiment_id.json`` (``{tag: slice}``).
 * **N1.5**: ``experiment_cfg/metadata.json`` keyed by embodiment tag (``{tag:
   {"statistics": {...}, "modalities": {...}}}``), an Eagle 2.5 backbone with other keys.
@@ -256,6 +257,63 @@ _UNSUPPORTED = {
 """``config.json`` flags this module builds only at N1.7's value."""
 
 
+DEFAULT_CROP_FRACTION = 0.95
+"""``Gr00tN1d7Processor``'s ``crop_fraction`` when its config does not set it."""
+DEFAULT_SHORTEST_EDGE_PX = 256
+"""``Gr00tN1d7Processor``'s ``shortest_image_edge`` when its config does not set it."""
+
+
+def image_fit_fields(processor: Mapping[str, Any], image_size: int) -> dict[str, Any]:
+    """``image_crop_fraction`` and ``image_letterbox`` from the processor's config.
+
+    Upstream's evaluation transform (``processing_gr00t_n1d7.py``, ``image_augmentations.py``)
+    keeps ``crop_fraction`` of each side, or ``image_crop_size[0] / image_target_size[0]``
+    when ``crop_fraction`` is null; with ``use_albumentations`` false (torchvision's
+    transform) the crop is ``image_crop_size`` out of ``image_target_size``, so that
+    ratio is read first there. The letterbox is always on: the processor at the followed
+    commit files ``letter_box_transform`` as a stored, unread key and both of its
+    transforms begin with the pad to a square (later versions make it optional, read
+    from that key; not followed here).
+
+    Raises:
+        CheckpointError: no crop fraction can be derived, it is outside (0, 1], or the
+            albumentations transform resizes to a ``shortest_image_edge`` other than the
+            model's ``image_size`` (the square the programs take).
+    """
+    albumentations = bool(processor.get("use_albumentations", False))
+    crop = processor.get("image_crop_size")
+    target = processor.get("image_target_size")
+    ratio = float(crop[0]) / float(target[0]) if crop and target else None
+    fraction = processor.get("crop_fraction", DEFAULT_CROP_FRACTION)
+    if not albumentations and ratio is not None:
+        fraction = ratio
+    elif fraction is None:
+        if ratio is None:
+            raise CheckpointError(
+                f"{PROCESSOR_NAME}: crop_fraction is null and image_crop_size / "
+                f"image_target_size ({crop} / {target}) do not give one"
+            )
+        fraction = ratio
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise CheckpointError(f"{PROCESSOR_NAME}: crop_fraction = {fraction!r}, expected a number")
+    if not 0.0 < fraction <= 1.0:
+        raise CheckpointError(
+            f"{PROCESSOR_NAME}: crop fraction = {fraction} (crop_fraction or image_crop_size / "
+            "image_target_size), expected a value in (0, 1]"
+        )
+    edge = processor.get("shortest_image_edge", DEFAULT_SHORTEST_EDGE_PX)
+    if albumentations and edge is not None and int(edge) != image_size:
+        raise CheckpointError(
+            f"{PROCESSOR_NAME}: shortest_image_edge = {edge} px but the model's image side is "
+            f"{image_size} px (image_target_size {target}): upstream would give the vision "
+            "model images of that edge, not the square the programs are built for"
+        )
+    return {
+        "image_crop_fraction": float(fraction),
+        "image_letterbox": True,
+    }
+
+
 def infer_config(
     shapes: Mapping[str, tuple[int, ...]],
     config_json: Mapping[str, Any],
@@ -313,6 +371,7 @@ def infer_config(
     slots = processor.get("image_slots")
     if slots:
         fields["image_slots"] = tuple(slots)
+    fields.update(image_fit_fields(processor, image_size))
     if fields["text"].depth != config_json.get("select_layer", fields["text"].depth):
         raise CheckpointError(
             f"config.json: select_layer = {config_json['select_layer']} but the weights hold "

@@ -204,6 +204,12 @@ class GrootConfig(FrozenConfig):
     """Width of the DiT's sinusoidal time features before its MLP."""
     max_token_len: int = Field(48, ge=1, le=4096)
     image_slots: tuple[str, ...] = Field(IMAGE_SLOTS, min_length=1, max_length=16)
+    image_crop_fraction: float = Field(0.95, gt=0.0, le=1.0)
+    """The fraction of each side upstream's evaluation transform keeps in its centre crop
+    (``crop_fraction``, or ``image_crop_size / image_target_size``; 0.95 by default)."""
+    image_letterbox: bool = True
+    """Whether that transform first pads a non-square image to a square (always, at the
+    followed commit)."""
     lead_token_ids: tuple[int, ...] = Field(LEAD_TOKEN_IDS, max_length=64)
     image_token_id: int = Field(IMAGE_TOKEN_ID, ge=0)
     vision_start_id: int = Field(VISION_START_ID, ge=0)

@@ -49,13 +49,32 @@ Departures from upstream, each named once:
   upstream's ``gr00t/data/stats.py`` writes them) are refused at import
   (:class:`~vla_edge.core.errors.NormStatsError`): the schema holds one value per
   dimension.
-* Images: the exported programs take each camera through openpi's ``resize_with_pad``
-  (``host.images.resize = pad``) to the square ``image_target_size``; upstream's eval
-  transform resizes the shortest edge, centre-crops ``crop_fraction`` (0.95 by default;
-  or ``image_crop_size`` / ``image_target_size``) and resizes again (albumentations
-  ``SmallestMaxSize`` with ``INTER_AREA``, or torchvision ``Resize`` / ``CenterCrop`` /
-  ``Resize``), then Qwen3-VL's processor fits a non-square image to multiples of 32
-  without padding. The centre crop is not made here, and a non-square camera is padded.
+* Images: the programs take each camera through upstream's albumentations evaluation
+  transform (``build_image_transformations_albumentations`` in ``image_augmentations.py``,
+  called by ``Gr00tN1d7Processor`` at @2d1e82fe): ``host.images.resize = center_crop``,
+  ``resample = cv2_area``, the processor config's crop fraction and ``letterbox = true``
+  (:func:`image_fit`, :func:`vla_edge.archs.groot.checkpoint.image_fit_fields`,
+  :func:`vla_edge.runners.image_resize.fit_center_crop`): pad to a square, shortest side
+  to the model's, centre crop, resize again, each resize ``INTER_AREA``. At @2d1e82fe the
+  processor hands the transform no ``letter_box_transform`` (it stores the key, unread)
+  and the transform of that generation (as stored at @8cb8bd76) always begins with the
+  pad; later versions (@1852a8c1) make the pad optional, read from that key, which is not
+  followed here. The pixels are upstream's as far as the two OpenCV builds' ``INTER_AREA``
+  agree (the runner's ``opencv-python-headless``, upstream's own), and Qwen3-VL's
+  processor then leaves an ``image_target_size`` that is a multiple of 32 as it is. What
+  still differs:
+
+  - ``use_albumentations`` false (the processor's default): upstream's transform is
+    torchvision's pad / ``Resize(image_target_size)`` / ``CenterCrop(image_crop_size)`` /
+    ``Resize``, antialiased bilinear, crop offsets ``round((s - c) / 2)``; here the same
+    crop ratio through ``INTER_AREA`` with offsets ``(s - c) // 2`` (the filter differs,
+    the offset by up to one pixel);
+  - ``shortest_image_edge`` other than the model's image side (albumentations) is refused
+    at import (``CheckpointError``): upstream would feed images of that side;
+  - a manifest with ``letterbox: false`` (as later upstream versions would want) refuses
+    a non-square camera by name (``InvalidObservationError``) rather than pad it:
+    upstream would hand Qwen3-VL that non-square image, which the square program cannot
+    take.
 * Chunk length: upstream returns the first ``len(delta_indices)`` steps of the
   embodiment's action config (``decode_action``), the rest of the model's
   ``action_horizon`` being steps it was trained to ignore (``action_mask``); the chunk
@@ -190,6 +209,21 @@ PROMPT = _prompt.PROMPT
 STAGE_ORDER = ("vision_encoder", "fusion", "action_head")
 
 
+def image_fit(config: Any) -> dict[str, Any]:
+    """``host.images``' fitting fields for ``config``: upstream's evaluation transform.
+
+    ``resize: center_crop`` with ``resample: cv2_area``, the config's
+    ``image_crop_fraction`` and ``image_letterbox`` (true for an imported checkpoint)
+    (:func:`vla_edge.runners.image_resize.fit_center_crop`).
+    """
+    return {
+        "resize": "center_crop",
+        "resample": "cv2_area",
+        "crop_fraction": float(config.image_crop_fraction),
+        "letterbox": bool(config.image_letterbox),
+    }
+
+
 def groot_contract(
     config: Any,
     *,
@@ -241,7 +275,7 @@ def groot_contract(
         stage_order=STAGE_ORDER,
         output=OUTPUT,
         slots=slots,
-        images={"resize": "pad"},
+        images=image_fit(config),
         tokenizer={"kind": "huggingface", "file": TOKENIZER_DIR},
         prompt=PROMPT,
         state_dim=config.max_state_dim,
@@ -327,6 +361,7 @@ __all__ = [
     "RANGE_FLOOR",
     "affine_bounds",
     "groot_contract",
+    "image_fit",
     "policy_normalisation",
     "policy_part",
     "statistics_normalisation",

@@ -74,9 +74,10 @@ POLICY = PolicyExpectations(
     architectures=(processor.ARCHITECTURE,),
     config_class=GrootConfig,
     prompt_format=processor.PROMPT,
+    resize=("center_crop", "Isaac-GR00T N1.7's evaluation transform; re-import an older one"),
     needs_tokenizer_dir=True,
 )
-"""What GR00T's exporter expects of a policy directory (its image resize is not checked)."""
+"""What GR00T's exporter expects of a policy directory."""
 
 
 def checked_policy(

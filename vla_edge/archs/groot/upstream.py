@@ -8,6 +8,12 @@ upstream's ``save_pretrained`` in the N1.7 layout and dumps its intermediates;
 :func:`~vla_edge.archs.groot.checkpoint.load_checkpoint_weights` and runs our fixed-shape
 passes on the same inputs. Nothing here imports torch until a function runs.
 
+Both sides start after the image fit: the driver makes the model's pixels from uint8
+images already at the vision size (``Qwen2VLImageProcessor`` without resizing, upstream's
+evaluation transform not run), and :func:`run_ours` scales the same uint8 images to
+[-1, 1] without the runner's ``center_crop`` fit. The fit itself is checked against
+OpenCV, step by step, in ``test/test_groot_image_fit.py``.
+
 The source may be a tree rebuilt file by file (Isaac-GR00T's repository is large): its
 ``SOURCES.json`` names each file's repository and commit, and the bench's JSON records it.
 """
