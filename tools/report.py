@@ -961,6 +961,10 @@ def render_soak(reports: Sequence[Json]) -> str:
             f"{episodes['count']} ({episodes['successes']} / {episodes['finished']}; "
             f"{episodes['with_switch']})",
         ],
+        [
+            "episodes without a switch: successes / finished",
+            _total(episodes["successes_without_switch"], episodes["finished_without_switch"]),
+        ],
         ["faults", ", ".join(f"{k} {n}" for k, n in summary["faults"].items()) or "none"],
         [
             "restarts (unexpected exits)",
@@ -1561,8 +1565,7 @@ TABLES: tuple[Table, ...] = (
         "soak_20m",
         (_r("soak_bundled_executorch_20m.json"),),
         "`vla-edge soak --duration 1200 --policy EXPORT --out OUT` (`EXPORT`: the bundled "
-        "model's ExecuTorch fp32 export, as above; other jobs shared the machine "
-        "from about its twelfth minute)",
+        "model's ExecuTorch fp32 export, as above; nothing else ran)",
         render_soak,
     ),
     Table(
