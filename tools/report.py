@@ -833,13 +833,18 @@ GRAPH_REPEAT = (
 graph run after run."""
 
 
-def graph_repeat_overall(reports: Sequence[Json]) -> Json:
-    """:func:`render_graph_repeat`'s overall row: the seeds pooled against the graph runs pooled."""
+def _split_runs(reports: Sequence[Json]) -> tuple[list[Json], list[Json]]:
+    """Virtual-time runs, then graph runs (``settings.virtual_time``)."""
+    virtual = [r for r in reports if r["settings"].get("virtual_time", True)]
+    return virtual, [r for r in reports if not r["settings"].get("virtual_time", True)]
+
+
+def graph_repeat_rows(reports: Sequence[Json]) -> list[Json]:
+    """The seeds pooled against the graph runs pooled, per task, the overall row last."""
     from vla_edge.bench.graph_eval import compare, pool
 
-    virtual = [r for r in reports if r["settings"].get("virtual_time", True)]
-    graph = [r for r in reports if not r["settings"].get("virtual_time", True)]
-    return compare(pool(virtual), pool(graph))[-1]
+    virtual, graph = _split_runs(reports)
+    return compare(pool(virtual), pool(graph))
 
 
 def render_graph_repeat(reports: Sequence[Json]) -> str:
@@ -850,11 +855,9 @@ def render_graph_repeat(reports: Sequence[Json]) -> str:
     episodes (Wilson 95 %), and the graph's rate minus virtual time's in points with its
     95 % interval; then each run's overall successes.
     """
-    from vla_edge.bench.graph_eval import compare, difference_cell, pool, side_cell
+    from vla_edge.bench.graph_eval import compare, difference_cell, overlap_cell, side_cell
 
-    virtual = [r for r in reports if r["settings"].get("virtual_time", True)]
-    graph = [r for r in reports if not r["settings"].get("virtual_time", True)]
-
+    virtual, graph = _split_runs(reports)
     seeds = ", ".join(str(r["settings"]["seed"]) for r in virtual)
     header = [
         "task",
@@ -868,10 +871,10 @@ def render_graph_repeat(reports: Sequence[Json]) -> str:
             row["task"],
             side_cell(row["a"]),
             side_cell(row["b"]),
-            {True: "yes", False: "no", None: "–"}[row["overlap"]],
+            overlap_cell(row["overlap"]),
             difference_cell(row["difference"]),
         ]
-        for row in compare(pool(virtual), pool(graph))
+        for row in graph_repeat_rows(reports)
     ]
 
     def overall(report: Json) -> str:  # compare's last row: every task added up
@@ -1227,7 +1230,7 @@ def render_summary(reports: Sequence[Json]) -> str:
         [
             "the real graph against virtual time, the same 60 episodes (bundled model): "
             "success, the graph runs and the noise seeds pooled",
-            _graph_summary(graph_repeat_overall(repeat)),
+            _graph_summary(graph_repeat_rows(repeat)[-1]),
             f"within {TARGET_GRAPH_POINTS:.0f} points",
         ],
     ]

@@ -298,6 +298,11 @@ def side_cell(side: Mapping[str, Any] | None) -> str:
     )
 
 
+def overlap_cell(overlap: bool | None) -> str:
+    """A :func:`compare` row's ``overlap``: ``yes``, ``no`` or ``–`` (a side did not run)."""
+    return {True: "yes", False: "no", None: "–"}[overlap]
+
+
 def compare_table(rows: Sequence[Mapping[str, Any]], label_a: str, label_b: str) -> str:
     """:func:`compare`'s rows as a Markdown table (rates in %, Wilson 95 % intervals)."""
     lines = [
@@ -305,9 +310,9 @@ def compare_table(rows: Sequence[Mapping[str, Any]], label_a: str, label_b: str)
         "|---|---|---|---|---|",
     ]
     for row in rows:
-        overlap = {True: "yes", False: "no", None: "–"}[row["overlap"]]
         lines.append(
-            f"| {row['task']} | {side_cell(row['a'])} | {side_cell(row['b'])} | {overlap} | "
+            f"| {row['task']} | {side_cell(row['a'])} | {side_cell(row['b'])} | "
+            f"{overlap_cell(row['overlap'])} | "
             f"{difference_cell(row['difference'])} |"
         )
     return "\n".join(lines)

@@ -91,16 +91,14 @@ def images_input(
     """
     black = np.zeros((height, width, 3), dtype=np.uint8)
     frames = [black if camera is None else images[camera] for camera in slots]
-    if resize == "center_crop":
-        fitted_frames = []
-        for camera, frame in zip(slots, frames, strict=True):
+    if resize == "center_crop":  # an empty slot is already black at the model's size
+        for i, camera in enumerate(slots):
+            if camera is None:
+                continue
             try:
-                fitted_frames.append(
-                    fit_center_crop(frame, height, width, crop_fraction, letterbox)
-                )
+                frames[i] = fit_center_crop(frames[i], height, width, crop_fraction, letterbox)
             except InvalidObservationError as exc:
                 raise InvalidObservationError(f"images[{camera!r}]: {exc}") from exc
-        frames = fitted_frames
     if resize == "pad_top_left":
         fitted = np.stack([resize_with_pad_top_left(frame, height, width) for frame in frames])
         nchw = np.ascontiguousarray(fitted.transpose(0, 3, 1, 2))
