@@ -70,11 +70,18 @@ def _largest_velocity_change(commands: np.ndarray, period_s: float) -> np.ndarra
     return np.abs(np.diff(velocity, axis=0)).max(axis=0)
 
 
+def _why_not(processes, probe: InstructionProbe) -> str:
+    """The nodes' logs, their latest statuses and the instructions seen: where it stuck."""
+    names = ("sim", "controller", "safety", "inference")
+    statuses = "\n".join(f"{n}: {probe.status(f'vla_edge/{n}')}" for n in names)
+    return f"{_logs(processes)}\n{statuses}\ninstructions: {probe.texts()}"
+
+
 def test_the_sequencer_sends_each_sub_task_and_the_motion_goes_on_without_a_jump(long_graph):
     processes, probe = long_graph
     subs = sub_tasks(get_task(TASK))
     done = wait_for(lambda: probe.success or processes.exited(), 90.0)
-    assert done and probe.success, _logs(processes)
+    assert done and probe.success, _why_not(processes, probe)
     assert probe.texts() == [s.instruction for s in subs]
     sim = probe.status("vla_edge/sim")
     assert wait_for(lambda: _num(probe.status("vla_edge/sim"), "subtasks_done") >= 1, 3.0), sim

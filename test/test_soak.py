@@ -396,6 +396,16 @@ def _soak_command(out: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "vla_edge.cli", "soak", "--out", str(out), *args]
 
 
+@pytest.mark.parametrize(
+    ("state", "clear"),
+    [("none", True), ("cat2", True), ("cat1", False), ("cat0", False), ("", False), ("ok", False)],
+)
+def test_the_soak_starts_its_first_episode_only_under_a_safety_state_below_cat1(state, clear):
+    # the safety node starts in a cat1 stop (no command, no joint state); the first
+    # reset homes the arm, which the controller refuses under a cat1 or cat0 stop
+    assert soak._holds_no_stop(state) is clear
+
+
 @pytest.mark.ros
 def test_a_short_soak_resets_switches_faults_respawns_and_reports(tmp_path, ros_env):
     """60 s of the real graph (the scripted expert stands in for the policy: fast to start)."""

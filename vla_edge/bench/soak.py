@@ -54,6 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vla_edge.bench.soak_report import Episode, Fault, SoakRecord
 from vla_edge.core.errors import ConfigError, VlaEdgeError
+from vla_edge.core.stop import StopCategory
 from vla_edge.nodes import graph as g
 from vla_edge.nodes.graph_run import overrides_for
 from vla_edge.nodes.monitor import Monitor
@@ -480,6 +481,14 @@ def _histogram(
     return (usage[0] if usage else None, bins, width)
 
 
+def _holds_no_stop(state: str) -> bool:
+    """Whether a safety status ``state`` is below a category-1 stop (homing is not refused)."""
+    try:
+        return StopCategory(state).severity < StopCategory.CAT1.severity
+    except ValueError:  # a state this version does not know: not known to be clear
+        return False
+
+
 def _subset(values: Mapping[str, str], keys: Mapping[str, str]) -> dict[str, Any]:
     """``{sample key: float}`` of the diagnostic ``values`` (absent or non-numeric: ``None``)."""
     out: dict[str, Any] = {}
@@ -509,6 +518,9 @@ class SoakMonitor(Monitor):
         self.chunk_ages: list[tuple[float, float]] = []  # (monotonic s, age ms)
         self.underrun_readings: list[tuple[float, float]] = []
         self.last_success_s: float | None = None
+        # when the latest safety status came, if it held no stop the controller refuses
+        # homing under (``None``: none yet, or the latest holds a cat1 / cat0 stop)
+        self.safety_clear_s: float | None = None
         latched = QoSProfile(
             depth=1,
             reliability=ReliabilityPolicy.RELIABLE,
@@ -531,10 +543,15 @@ class SoakMonitor(Monitor):
         super().on_diagnostics(msg)
         now = time.monotonic()
         for status in msg.status:
-            if self.own_status_name(status.name) == "vla_edge/controller":
+            name = self.own_status_name(status.name)
+            if name == "vla_edge/controller":
                 value = _subset({kv.key: kv.value for kv in status.values}, CONTROLLER_KEYS)
                 if value["buffer_underruns"] is not None:
                     self.underrun_readings.append((now, value["buffer_underruns"]))
+            elif name == "vla_edge/safety":
+                state = {kv.key: kv.value for kv in status.values}.get("state")
+                if state is not None:
+                    self.safety_clear_s = now if _holds_no_stop(state) else None
 
     def on_task_success(self, msg: Any) -> None:
         """The launch monitor's first success, plus the time of the latest one."""
@@ -717,13 +734,17 @@ class Soak:
         return self.record
 
     def _wait_up(self, t_start: float) -> bool:
-        """Spin until the first chunk (``True``) or a stop (``False``).
+        """Spin until the graph is up (``True``) or a stop (``False``).
+
+        Up: a chunk came, and then a safety status without a category-1 / 0 stop. The
+        safety node starts in one (no command, no joint state yet) and the controller
+        refuses homing, so the first reset, until a status says it has cleared.
 
         Raises:
-            SoakStartupError: a node exited, or no chunk came in time.
+            SoakStartupError: a node exited, or the graph was not up in time.
         """
         assert self.monitor is not None
-        while not self.monitor.chunk_ages:
+        while not self._graph_up():
             if self.stop.is_set():
                 return False
             self.monitor.spin_for(0.1)
@@ -735,12 +756,28 @@ class Soak:
                     f"{self.graph.log_tail(name)}"
                 )
             if time.monotonic() - t_start > STARTUP_TIMEOUT_S:
+                if not self.monitor.chunk_ages:
+                    raise SoakStartupError(
+                        f"no chunk within {STARTUP_TIMEOUT_S:.0f} s of starting the graph; "
+                        f"the inference node's log ends:\n{self.graph.log_tail(FAULT_TARGET)}"
+                    )
                 raise SoakStartupError(
-                    f"no chunk within {STARTUP_TIMEOUT_S:.0f} s of starting the graph; "
-                    f"the inference node's log ends:\n{self.graph.log_tail(FAULT_TARGET)}"
+                    f"the safety node still held a stop {STARTUP_TIMEOUT_S:.0f} s after "
+                    f"starting the graph ({self.monitor.status('vla_edge/safety')}); its log "
+                    f"ends:\n{self.graph.log_tail(g.SAFETY_NODE.name)}"
                 )
         self.t_up = self.monitor.chunk_ages[0][0]
         return True
+
+    def _graph_up(self) -> bool:
+        """A chunk came, and a safety status without a stop after it."""
+        assert self.monitor is not None
+        clear_s = self.monitor.safety_clear_s
+        return (
+            bool(self.monitor.chunk_ages)
+            and clear_s is not None
+            and clear_s > self.monitor.chunk_ages[0][0]
+        )
 
     def _finish(self) -> None:
         """Undo a fault in progress, take a last sample, stop the graph, close the monitor."""
