@@ -56,6 +56,44 @@ def test_memory_growth_is_unmeasured_without_two_samples_after_warm_up():
     assert growth.pct_per_h is None and growth.samples == 1
 
 
+def test_memory_steps_split_the_rss_change_into_fault_spans_and_the_time_between():
+    # a controller-like node: flat, +0.4 MiB in a fault's span, +0.1 MiB spread outside
+    t = np.arange(0.0, 1000.0, 10.0)
+    rss = 100.0 + 0.1 * t / 1000.0 + np.where(t >= 500.0, 0.4, 0.0)
+    # an inference-like node respawned in the fault: its new process starts smaller
+    pids = np.where(t < 500.0, 1, 2)
+    infer = np.where(t < 500.0, 450.0, 440.0)
+    samples = [
+        {
+            "t_s": float(ti),
+            "rss_mb": {"controller_node": float(ri), "inference_node": float(ii)},
+            "pid": {"controller_node": 9, "inference_node": int(pi)},
+        }
+        for ti, ri, ii, pi in zip(t, rss, infer, pids, strict=True)
+    ]
+    steps = st.memory_steps(samples, [(495.0, 505.0)], warmup_s=100.0)
+    controller = steps["controller_node"]
+    # fitted from t = 100 s: 89 periods of 10 s, two of them overlap the span (490-500 and
+    # 500-510 s): the step and those two periods' drift are in the fault, 87 outside
+    assert controller["in_faults_mb"] == pytest.approx(0.4 + 0.002, abs=1e-9)
+    assert controller["outside_faults_mb"] == pytest.approx(0.087, abs=1e-9)
+    assert controller["outside_faults_s"] == pytest.approx(870.0)
+    expected = 0.087 / 870.0 * 3600.0 / np.mean(rss[t >= 100.0]) * 100.0
+    assert controller["outside_faults_pct_per_h"] == pytest.approx(expected, abs=1e-3)
+    # a respawn is a new process (no step from the old one); its own warm-up is left out
+    inference = steps["inference_node"]
+    assert inference["in_faults_mb"] == 0.0 and inference["outside_faults_mb"] == 0.0
+
+
+def test_memory_steps_without_a_period_outside_faults_give_no_rate():
+    samples = [
+        {"t_s": t, "rss_mb": {"sim_node": 100.0 + t}, "pid": {"sim_node": 1}} for t in (0.0, 5.0)
+    ]
+    steps = st.memory_steps(samples, [(0.0, 10.0)], warmup_s=0.0)
+    assert steps["sim_node"]["in_faults_mb"] == 5.0
+    assert steps["sim_node"]["outside_faults_pct_per_h"] is None
+
+
 # ------------------------------------------------------------------ underruns
 
 
@@ -317,7 +355,9 @@ def test_the_report_of_a_record_has_its_windows_goals_summary_and_a_plot(tmp_pat
     report = st.build_report(record, settings.model_dump(mode="json"), soak.machine())
     text = st.report_json(report)
     assert json.loads(text) == json.loads(json.dumps(report))
-    assert len(text.splitlines()) < 250  # one line per sample column and per record
+    # one line per sample column and per record (one line per sampled value: over 500)
+    assert len(text.splitlines()) < 300
+    assert set(report["summary"]["memory_steps"]) == set(record.exit_codes)
     rows = st.sample_rows(report["samples"])
     assert [r["rss_mb"] for r in rows] == [r["rss_mb"] for r in record.samples]
     assert len(report["samples"]["rss_mb.inference_node"]) == len(record.samples)
@@ -336,7 +376,9 @@ def test_the_report_of_a_record_has_its_windows_goals_summary_and_a_plot(tmp_pat
     assert set(report["definitions"]) >= {"chunk_age_ms", "controller_jitter_ms", "rss_mb"}
     png = st.plot_soak(report, tmp_path / "soak.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
-    assert any(line.startswith("goal memory_growth") for line in st.summary_lines(report))
+    lines = st.summary_lines(report)
+    assert any(line.startswith("goal memory_growth") for line in lines)
+    assert any(line.startswith("RSS change after warm-up, in / outside faults") for line in lines)
 
 
 def test_samples_are_written_as_columns_and_read_back_without_the_gaps():

@@ -943,6 +943,20 @@ def render_graph_vs_virtual(reports: Sequence[Json]) -> str:
     )
 
 
+def soak_memory_steps(run: Json) -> dict[str, Json]:
+    """Each node's RSS change in and outside the soak's faults, from its samples."""
+    from vla_edge.bench import soak_report
+
+    recovery_s = run["settings"]["recovery_s"]
+    spans = [(f["start_s"], f["end_s"] + recovery_s) for f in run["faults"]]
+    rows = soak_report.sample_rows(run["samples"])
+    return soak_report.memory_steps(rows, spans, run["settings"]["warmup_s"])
+
+
+def _per_hour(pct_per_h: float | None) -> str:
+    return "" if pct_per_h is None else f" ({pct_per_h:+.2f} %/h outside)"
+
+
 def render_soak(reports: Sequence[Json]) -> str:
     """One ``vla-edge soak``: its goals, then what it ran and what it measured."""
     (run,) = reports
@@ -983,10 +997,13 @@ def render_soak(reports: Sequence[Json]) -> str:
             f"{ages['p50']:.0f} / {ages['p99']:.0f} / {ages['max']:.0f}",
         ],
     ]
+    steps = soak_memory_steps(run)
     rows += [
         [
-            f"RSS growth `{node}` after warm-up",
-            f"{g['pct_per_h']:+.2f} %/h of {g['mean_rss_mb']:.0f} MiB",
+            f"RSS growth `{node}` after warm-up; the change in / outside faults",
+            f"{g['pct_per_h']:+.2f} %/h of {g['mean_rss_mb']:.0f} MiB; "
+            f"{steps[node]['in_faults_mb']:+.2f} / {steps[node]['outside_faults_mb']:+.2f} MiB"
+            + _per_hour(steps[node]["outside_faults_pct_per_h"]),
         ]
         for node, g in summary["memory_growth"].items()
         if g["pct_per_h"] is not None

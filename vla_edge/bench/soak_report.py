@@ -68,6 +68,10 @@ DEFINITIONS: dict[str, str] = {
     "buffer_underruns": "the controller's buffer_underruns counter (a hold entered after a chunk "
     "ran out), counted per /diagnostics period; an increment whose period overlaps "
     "[fault start, fault end + recovery_s] is 'in_faults', any other 'outside_faults'",
+    "memory_steps": "per node, the RSS changes between consecutive samples of one process "
+    "after warm-up, summed over the sample periods that overlap [fault start, fault end + "
+    "recovery_s] (in_faults_mb) and over the others (outside_faults_mb, and per hour of them "
+    "as % of the mean RSS: outside_faults_pct_per_h)",
     "safety_limited_ticks": "share of the safety node's ticks in which its limiter changed the "
     "command, from its ticks and limited_ticks counters read at every sample; 'outside_faults' "
     "counts only the sample periods that do not overlap [fault start, fault end + recovery_s]",
@@ -236,6 +240,55 @@ def node_growth(samples: Sequence[Sample], warmup_s: float) -> dict[str, Growth]
         for node, rss_mb in sample["rss_mb"].items():
             points.setdefault(node, []).append((sample["t_s"], rss_mb, sample["pid"][node]))
     return {node: memory_growth(p, warmup_s) for node, p in sorted(points.items())}
+
+
+def memory_steps(
+    samples: Sequence[Sample], spans: Sequence[tuple[float, float]], warmup_s: float
+) -> dict[str, dict[str, Any]]:
+    """Where each node's RSS grew after warm-up: in fault spans or outside them.
+
+    A fault span is ``[start, end + recovery_s]``; a sample period is in one when it
+    overlaps it (see DEFINITIONS).
+
+    Per node: ``in_faults_mb`` and ``outside_faults_mb`` (the RSS changes between two
+    consecutive samples of the same process, both at least ``warmup_s`` after it started,
+    summed), ``outside_faults_s`` (the time those outside periods cover) and
+    ``outside_faults_pct_per_h`` (the outside change per hour of it, divided by the mean
+    RSS of the samples used; ``None`` without such a period).
+    """
+    first: dict[tuple[str, int], float] = {}
+    last: dict[str, tuple[float, float, int]] = {}
+    sums: dict[str, dict[str, float]] = {}
+    rss_seen: dict[str, list[float]] = {}
+    for sample in sorted(samples, key=lambda s: s["t_s"]):
+        t_s = sample["t_s"]
+        for node, rss_mb in sample["rss_mb"].items():
+            pid = sample["pid"][node]
+            started = first.setdefault((node, pid), t_s)
+            if t_s - started < warmup_s:
+                continue
+            before = last.get(node)
+            last[node] = (t_s, rss_mb, pid)
+            rss_seen.setdefault(node, []).append(rss_mb)
+            per = sums.setdefault(node, {"in": 0.0, "out": 0.0, "out_s": 0.0})
+            if before is None or before[2] != pid:  # a respawn starts again: no step
+                continue
+            if in_fault(before[0], t_s, spans):
+                per["in"] += rss_mb - before[1]
+            else:
+                per["out"] += rss_mb - before[1]
+                per["out_s"] += t_s - before[0]
+    out: dict[str, dict[str, Any]] = {}
+    for node, per in sorted(sums.items()):
+        mean_mb = float(np.mean(rss_seen[node]))
+        rate = per["out"] / per["out_s"] * 3600.0 / mean_mb * 100.0 if per["out_s"] > 0 else None
+        out[node] = {
+            "in_faults_mb": round(per["in"], 3),
+            "outside_faults_mb": round(per["out"], 3),
+            "outside_faults_s": round(per["out_s"], 1),
+            "outside_faults_pct_per_h": _round(rate),
+        }
+    return out
 
 
 # ------------------------------------------------------------------ underruns
@@ -626,6 +679,7 @@ def build_report(
         record.histograms,
     )
     growth = node_growth(record.samples, settings["warmup_s"])
+    fault_spans = [(f["start_s"], f["end_s"] + settings["recovery_s"]) for f in faults]
     unrecovered = sum(1 for f in record.faults if f.recovered is False)
     goals = evaluate_goals(
         growth, windows, underruns.outside_faults, len(record.unexpected_exits), unrecovered
@@ -660,10 +714,8 @@ def build_report(
             "finished_without_switch": sum(1 for e in ended if e.switched_t_s is None),
             "reset_failures": len(record.reset_failures),
         },
-        "safety_limited_ticks": limited_ticks(
-            record.samples,
-            [(f["start_s"], f["end_s"] + settings["recovery_s"]) for f in faults],
-        ),
+        "safety_limited_ticks": limited_ticks(record.samples, fault_spans),
+        "memory_steps": memory_steps(record.samples, fault_spans, settings["warmup_s"]),
         "faults": {k: sum(1 for f in record.faults if f.kind == k) for k in settings["faults"]},
         "restarts": restarts,
         "restarts_total": len(record.restarts),
@@ -719,6 +771,16 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(
             f"safety node limited {100 * limited['share']:.2f} % of its ticks"
             + (f" ({100 * outside:.2f} % outside faults)" if outside is not None else "")
+        )
+    steps = s.get("memory_steps") or {}
+    if steps:
+        lines.append(
+            "RSS change after warm-up, in / outside faults: "
+            + ", ".join(
+                f"{node.removesuffix('_node')} {m['in_faults_mb']:+.2f} / "
+                f"{m['outside_faults_mb']:+.2f} MiB"
+                for node, m in steps.items()
+            )
         )
     for name, goal in report["goals"].items():
         verdict = {True: "pass", False: "FAIL", None: "not measured"}[goal["passed"]]
