@@ -14,7 +14,7 @@ import numpy as np
 
 from vla_edge.config.models import ControllerConfig
 from vla_edge.control.controller import Controller
-from vla_edge.control.homing import Homing, load_homing_limits
+from vla_edge.control.homing import Homing, SafetyStopView, load_homing_limits
 from vla_edge.control.watchdog import Watchdog
 from vla_edge.nodes.controller_node import ControllerNode
 from vla_edge.nodes.metrics import BadInputCounter, Histogram, PeriodJitter
@@ -67,8 +67,10 @@ def _node():
         process_scheduler="SCHED_FIFO 79",
         loop_errors=0,
         homing=Homing(load_homing_limits(config), 0.01, config.joint_names, 0.02, 2.0),
+        safety_stop=SafetyStopView(max_status_age_s=3.0),
     )
     node._status_locked = lambda now_s: ControllerNode._status_locked(node, now_s)
+    node._homing_refusal_locked = lambda now_s: ControllerNode._homing_refusal_locked(node, now_s)
     return node, seen
 
 
@@ -101,8 +103,8 @@ def _published_categories(messages):
     ]
 
 
-def test_a_change_of_stop_category_is_published_at_once_and_only_once():
-    """A stop that starts and clears between two 1 Hz statuses still reaches /diagnostics."""
+def _publishing_node():
+    """:func:`_node` with a clock, a publisher recording each status and the poll."""
     node, _ = _node()
     clock = {"now_s": NOW_S}
     published = []
@@ -111,9 +113,16 @@ def test_a_change_of_stop_category_is_published_at_once_and_only_once():
     node._now_s = lambda: clock["now_s"]
     node._published_category = "none"
     node._published_homing = "idle"
+    node._published_refusing = False
     node.status = lambda now_s: ControllerNode.status(node, now_s)
     node._publish_diagnostics = lambda: ControllerNode._publish_diagnostics(node)
     poll = lambda: ControllerNode._publish_on_stop_change(node)  # noqa: E731
+    return node, clock, published, poll
+
+
+def test_a_change_of_stop_category_is_published_at_once_and_only_once():
+    """A stop that starts and clears between two 1 Hz statuses still reaches /diagnostics."""
+    node, clock, published, poll = _publishing_node()
 
     def beat(*names):
         for name in names:
@@ -137,3 +146,30 @@ def test_a_change_of_stop_category_is_published_at_once_and_only_once():
     ControllerNode._publish_diagnostics(node)
     poll()
     assert _published_categories(published) == ["cat1", "none", "cat1"]
+
+
+def test_whether_homing_would_be_refused_is_published_at_once_with_the_reason():
+    node, clock, published, poll = _publishing_node()
+    for name in ("observation", "chunk"):
+        node.watchdog.beat(name, NOW_S)
+    node.safety_stop.on_status("none", "", False, NOW_S, NOW_S)
+    poll()
+    assert published == []
+    node.safety_stop.on_estop(NOW_S + 0.01)  # a press: refused at once
+    poll()
+    poll()
+    refusals = [
+        {kv.key: kv.value for kv in m.status[0].values}["homing.refusal"] for m in published
+    ]
+    assert len(refusals) == 1 and "e-stop" in refusals[0]
+    # a status stamped after the press with the latch cleared: allowed again, said once
+    clock["now_s"] += 0.5
+    for name in ("joint_state", "control_loop"):
+        node.watchdog.beat(name, clock["now_s"])
+    node.safety_stop.on_status("cat2", "awaiting_command", False, NOW_S + 0.4, clock["now_s"])
+    poll()
+    poll()
+    refusals = [
+        {kv.key: kv.value for kv in m.status[0].values}["homing.refusal"] for m in published
+    ]
+    assert refusals[1:] == [""]

@@ -320,11 +320,28 @@ def test_bad_input_is_counted_never_crashes_and_never_moves_the_arm(ros_graph):
     assert float(np.ptp(safe, axis=0).max()) < 1e-3, "bad input must not move the arm"
 
 
+def _homing_refusal(probe) -> str | None:
+    """The controller's ``homing.refusal`` (``None``: no status yet)."""
+    return probe.status("vla_edge/controller").get("homing.refusal")
+
+
+def _reset_once_homing_is_allowed(probe):
+    """``sim_node/reset`` once the controller says a homing would start.
+
+    The controller learns that an e-stop latch was cleared from the safety node's next
+    status, which a loaded machine may deliver after the test moved on.
+    """
+    assert wait_for(lambda: _homing_refusal(probe) == "", 3 * DIAGNOSTICS_PERIOD_S), (
+        _homing_refusal(probe)
+    )
+    return probe.call(probe.sim_reset, RESET_TIMEOUT_S)
+
+
 def test_estop_latches_and_reset_does_not_move_the_arm_by_itself(ros_graph):
     processes, probe = ros_graph
     from std_msgs.msg import Bool
 
-    reply = probe.call(probe.sim_reset, RESET_TIMEOUT_S)  # homed, objects re-placed: work again
+    reply = _reset_once_homing_is_allowed(probe)  # homed, objects re-placed: work again
     assert reply.success, reply.message
     assert wait_for(lambda: not _at_rest(probe, probe.safe, 0.3, tol=1e-3), 10.0)
     time.sleep(0.5)  # well into the motion
@@ -347,6 +364,8 @@ def test_estop_latches_and_reset_does_not_move_the_arm_by_itself(ros_graph):
     assert np.ptp(unsafe, axis=0).max() > 1e-3, "the controller keeps commanding motion"
     assert _at_rest(probe, probe.safe, 1.0), "the latch must hold against live commands"
     assert wait_for(lambda: probe.status("vla_edge/safety").get("estop_latched") == "1", 2.0)
+    # the controller says why it would refuse a homing now (its status goes out on change)
+    assert wait_for(lambda: "e-stop" in (_homing_refusal(probe) or ""), 2.0), _homing_refusal(probe)
 
     # freeze the command source, then reset: nothing may move by itself
     processes.signal("controller_node", signal.SIGSTOP)
@@ -361,11 +380,13 @@ def test_estop_latches_and_reset_does_not_move_the_arm_by_itself(ros_graph):
     # a fresh command after the reset resumes motion
     assert wait_for(lambda: probe.status("vla_edge/safety").get("state") == "none", 5.0)
     assert wait_for(lambda: not _at_rest(probe, probe.safe, 0.3), 5.0)
+    # and the controller, which refused homing under the latch, allows it again
+    assert wait_for(lambda: _homing_refusal(probe) == "", 3 * DIAGNOSTICS_PERIOD_S)
 
 
 def test_killing_inference_leads_to_a_controlled_hold_within_the_watchdog_bound(ros_graph):
     processes, probe = ros_graph
-    reply = probe.call(probe.sim_reset, RESET_TIMEOUT_S)  # homed, objects re-placed: work again
+    reply = _reset_once_homing_is_allowed(probe)  # homed, objects re-placed: work again
     assert reply.success, reply.message
     assert wait_for(lambda: not _at_rest(probe, probe.unsafe, 0.3, tol=1e-3), 10.0)
     time.sleep(0.5)  # well into the motion

@@ -149,6 +149,7 @@ class ControllerNode(Node):
         self._recent_commands: deque[np.ndarray] = deque(maxlen=3)  # where a homing starts
         self._published_homed: bool | None = None
         self._published_homing = HomingPhase.IDLE.value
+        self._published_refusing = False
 
         qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         latched = QoSProfile(
@@ -475,6 +476,8 @@ class ControllerNode(Node):
             "loop_errors": self.loop_errors,
             **self.bad_input.as_values(),
             **self.homing.status(),
+            # why ~/home would be refused now ("" when it would start)
+            "homing.refusal": self._homing_refusal_locked(now_s) or "",
         }
         if self.controller is None:
             return {"level": "WARN", "message": "waiting for the first joint state", **values}
@@ -499,6 +502,7 @@ class ControllerNode(Node):
         status = self.status(now_s)
         self._published_category = str(status["watchdog_category"])
         self._published_homing = str(status["homing"])
+        self._published_refusing = bool(status["homing.refusal"])
         self.diag_pub.publish(
             diagnostic_array([status_to_diagnostic(self.diagnostic_name, status)], now_s)
         )
@@ -506,13 +510,20 @@ class ControllerNode(Node):
     def _publish_on_stop_change(self) -> None:
         """Publish the status now if the watchdog's category or the homing phase changed.
 
-        At one status a second, a stop that began and cleared between two of them
-        (a camera back after a second) would never appear on ``/diagnostics``.
+        Or whether ``~/home`` would be refused. At one status a second, a stop that began
+        and cleared between two of them (a camera back after a second) would never appear
+        on ``/diagnostics``.
         """
         with self.lock:
-            category = self.watchdog.check(self._now_s())
+            now_s = self._now_s()
+            category = self.watchdog.check(now_s)
             phase = self.homing.phase.value
-        if category.value != self._published_category or phase != self._published_homing:
+            refusing = self._homing_refusal_locked(now_s) is not None
+        if (
+            category.value != self._published_category
+            or phase != self._published_homing
+            or refusing != self._published_refusing
+        ):
             self._publish_diagnostics()
 
     def close(self) -> None:
