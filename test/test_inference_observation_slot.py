@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk
 from vla_edge.inference.observation_slot import ObservationSlot
 
@@ -73,6 +74,31 @@ def test_requests_made_before_the_last_chunk_was_published_are_dropped():
     slot.request(plan, 1.2)
     item = slot.take(0.01)
     assert item.plan is plan and item.plan_stamp_s == 1.2
+
+
+def test_a_request_stamped_within_the_chunk_transit_after_a_publish_is_dropped():
+    # over DDS the controller's tick can fall between the publish and the chunk's
+    # arrival: a request stamped then was made without that chunk, and answering it
+    # would be a second inference right after the first
+    slot = ObservationSlot(CAMS, chunk_transit_s=0.02)
+    slot.put_state(0.0, np.zeros(7))
+    slot.put_instruction("pick")
+    _fill(slot, 1.0)
+    slot.request(None, 1.005)  # arrives while the chunk is computed
+    slot.mark_published(1.01)  # pending, and stamped before 1.01 + 0.02: dropped
+    _fill(slot, 1.1)  # a newer frame would otherwise start the second inference
+    assert slot.take(0.01) is None
+    slot.request(None, 1.025)  # the same tick's request, in flight at the publish
+    assert slot.stale_requests == 1 and slot.take(0.01) is None
+    slot.request(None, 1.03)  # the controller asks again once it has the chunk
+    item = slot.take(0.01)
+    assert item is not None and item.plan_stamp_s == 1.03
+
+
+@pytest.mark.parametrize("transit_s", [-0.01, float("nan"), float("inf")])
+def test_a_chunk_transit_that_is_negative_or_not_finite_is_a_named_error(transit_s):
+    with pytest.raises(ConfigError, match="chunk_transit_s"):
+        ObservationSlot(CAMS, chunk_transit_s=transit_s)
 
 
 def test_a_waiting_worker_wakes_on_the_request_and_on_close():

@@ -528,6 +528,12 @@ class InferenceConfig(_Strict):
     min_period_s: float = Field(
         0.0, ge=0.0, le=60.0, description="shortest time between two inference starts [s]"
     )
+    chunk_transit_s: float = Field(
+        0.02,
+        ge=0.0,
+        le=0.5,
+        description="requests stamped less than this after a chunk went out: dropped [s]",
+    )
     camera_timeout_s: float = Field(
         0.5,
         gt=0.0,

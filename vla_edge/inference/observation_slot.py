@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.core.clock import ClockStepDetector
+from vla_edge.core.errors import ConfigError
 from vla_edge.core.types import ActionChunk, Observation
 from vla_edge.inference.camera_health import CameraHealth, CameraHealthLimits
 
@@ -77,6 +78,10 @@ class ObservationSlot:
         max_future_s: how far ahead of ``clock`` a stamp may lie.
         clock_step_threshold_s: forward gap between two readings of ``clock``
             that counts as a step.
+        chunk_transit_s: after a chunk goes out, requests stamped less than this
+            later are dropped too: the controller made them before that chunk
+            reached it (delivery, then its next tick). 0 where delivery and merge
+            are one step (virtual time).
     """
 
     def __init__(
@@ -87,8 +92,12 @@ class ObservationSlot:
         limits: CameraHealthLimits | None = None,
         max_future_s: float = DEFAULT_MAX_FUTURE_S,
         clock_step_threshold_s: float = DEFAULT_CLOCK_STEP_THRESHOLD_S,
+        chunk_transit_s: float = 0.0,
     ) -> None:
+        if not 0.0 <= chunk_transit_s < float("inf"):
+            raise ConfigError(f"chunk_transit_s = {chunk_transit_s}: expected a finite value >= 0")
         self.cameras = tuple(cameras)
+        self.chunk_transit_s = float(chunk_transit_s)
         self.required = tuple(self.cameras if required is None else required)
         self._clock = clock
         self.max_future_s = max_future_s
@@ -278,14 +287,16 @@ class ObservationSlot:
             return InferenceInput(obs, self._plan, self._plan_stamp_s, self._extra)
 
     def mark_published(self, publish_s: float) -> None:
-        """A chunk went out at ``publish_s``: requests made before it are stale.
+        """A chunk went out at ``publish_s``: requests made before it could arrive are stale.
 
-        The controller asked for them before it could have merged that chunk, so
-        they are dropped (pending or still in flight) instead of causing an extra
-        inference.
+        The controller asked for them before it could have merged that chunk
+        (stamped before ``publish_s + chunk_transit_s``), so they are dropped,
+        pending or still in flight, instead of causing an extra inference. A
+        controller that still needs a chunk after merging asks again on its next
+        tick.
         """
         with self._cond:
             self._now_locked()
-            self._ignore_before_s = publish_s
-            if self._requested and (self._plan_stamp_s or float("-inf")) < publish_s:
+            self._ignore_before_s = publish_s + self.chunk_transit_s
+            if self._requested and (self._plan_stamp_s or float("-inf")) < self._ignore_before_s:
                 self._requested = False

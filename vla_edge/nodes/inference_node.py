@@ -104,6 +104,7 @@ class InferenceNode(Node):
             limits=CameraHealthLimits.from_config(self.config),
             max_future_s=MAX_FUTURE_STAMP_S,
             clock_step_threshold_s=self.config.clock_step_threshold_s,
+            chunk_transit_s=self.config.chunk_transit_s,
         )
         self.rng = np.random.default_rng(self.config.seed)
         self.stage_ms: dict[str, Histogram] = {}
