@@ -1552,11 +1552,12 @@ TABLES: tuple[Table, ...] = (
             _r("eval_bundled_executorch_virtual_10.json"),
             _r("eval_bundled_executorch_virtual_10_seed1.json"),
             _r("eval_bundled_executorch_virtual_10_seed2.json"),
+            *(_r(f"eval_bundled_executorch_virtual_10_seed{seed}.json") for seed in range(3, 6)),
             _r("eval_bundled_executorch_graph_10.json"),
             _r("eval_bundled_executorch_graph_10_run2.json"),
         ),
-        "`vla-edge eval --policy EXPORT --episodes 10 --workers N --seed S --json OUT` (`S`: 0, "
-        "1, 2; `EXPORT`: the bundled model's ExecuTorch fp32 export, as above) and `vla-edge "
+        "`vla-edge eval --policy EXPORT --episodes 10 --workers N --seed S --json OUT` (`S`: 0 "
+        "to 5; `EXPORT`: the bundled model's ExecuTorch fp32 export, as above) and `vla-edge "
         "eval --policy EXPORT --episodes 10 --graph --threads 1 --json OUT` run twice",
         render_graph_repeat,
     ),
