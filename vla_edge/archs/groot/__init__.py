@@ -1,4 +1,4 @@
-"""GR00T N1.7 (NVIDIA Isaac-GR00T) on stock ``transformers`` Qwen3-VL blocks, as three stages.
+"""GR00T N1.7 and N1.5 (NVIDIA Isaac-GR00T) on stock ``transformers`` blocks, as three stages.
 
 Upstream read: NVIDIA/Isaac-GR00T, the N1.7 model and processor (commits named in each
 module's docstring). Apache-2.0 code; each checkpoint's weight licence is its own.
@@ -10,7 +10,12 @@ module's docstring). Apache-2.0 code; each checkpoint's weight licence is its ow
 * :mod:`.model`: :class:`GrootModel` (upstream's key layout; eager ``sample_actions``).
 * :mod:`.stages`: ``vision_encoder``, ``fusion``, ``action_head`` (one Euler step, K = 4).
 * :mod:`.layout`: upstream's checkpoint keys and the mapping to ours.
-* :mod:`.checkpoint`: reading an N1.7 checkpoint directory (N1.5 refused by name).
+* :mod:`.checkpoint`: reading an N1.7 checkpoint directory (and N1.5's statistics).
+* N1.5 (architecture ``groot_n15``, an Eagle 2.5 backbone: SigLIP and Qwen3):
+  :mod:`.n15_config` (:class:`GrootN15Config`: ``full_n15``, ``tiny``), :mod:`.n15_model`
+  (:class:`GrootN15Model`, each departure from N1.7 named), :mod:`.n15_stages` (the same
+  three stages), :mod:`.n15_checkpoint` (its checkpoint directory), :mod:`.n15_programs`
+  (its export hooks).
 * :mod:`.processor`: the host side: normalisation in the policy directory's schema (no torch).
 * :mod:`.arch`: the registration (no torch).
 
@@ -34,6 +39,8 @@ _EXPORTS = {
     "build_stages": "vla_edge.archs.groot.stages",
     "head_actions": "vla_edge.archs.groot.stages",
     "run_stages": "vla_edge.archs.groot.stages",
+    "GrootN15Config": "vla_edge.archs.groot.n15_config",
+    "GrootN15Model": "vla_edge.archs.groot.n15_model",
 }
 """Public name -> the module that defines it."""
 

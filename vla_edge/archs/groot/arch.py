@@ -1,9 +1,9 @@
-"""GR00T N1.7 registers here (no torch: every function is named, imported when used).
+"""GR00T N1.7 and N1.5 register here (no torch: every function is named, imported when used).
 
-The layout read is Isaac-GR00T's N1.7 checkpoint directory; N1.5's
-(``experiment_cfg/metadata.json``, an Eagle 2.5 backbone) is recognised by :func:`detect`
-so that ``vla-edge import`` refuses it by name
-(:func:`vla_edge.archs.groot.checkpoint.read_checkpoint`), not as an unknown layout.
+Two architectures from one folder, as the π0 folder registers π0 and π0.5: ``groot``
+reads Isaac-GR00T's N1.7 checkpoint directory (Qwen3-VL backbone, :mod:`.model`) and
+``groot_n15`` its N1.5 one (``experiment_cfg/metadata.json``, an Eagle 2.5 backbone,
+:mod:`.n15_model`); :func:`detect` tells them apart.
 """
 
 from __future__ import annotations
@@ -23,15 +23,20 @@ N17_FIELDS = ("select_layer", "diffusion_model_cfg", "vl_self_attention_cfg")
 """``config.json`` fields every N1.7 ``Gr00tN1d7Config`` writes."""
 N17_FILES = ("processor_config.json", "embodiment_id.json")
 N15_METADATA = "experiment_cfg/metadata.json"
+N15_NAME = "groot_n15"
+N15_MODEL_TYPE = "gr00t_n1_5"
+"""``config.json`` ``model_type`` of N1.5 (``GR00T_N1_5Config``)."""
 PROMPT_FORMAT = "groot"
 """Qwen3-VL's one-turn chat template around the instruction (:mod:`.prompt`)."""
 
 
 def detect(config_json: Mapping[str, Any], path: Path) -> str | None:
-    """``groot`` for an Isaac-GR00T checkpoint directory (N1.7, or N1.5 to refuse by name).
+    """``groot`` for an Isaac-GR00T N1.7 checkpoint directory, ``groot_n15`` for an N1.5 one.
 
     N1.7: ``model_type`` Gr00tN1d7 / Gr00t, or every :data:`N17_FIELDS` with the processor
-    files; N1.5: ``experiment_cfg/metadata.json``. LeRobot configs (``type``) are not GR00T.
+    files; N1.5: ``model_type`` gr00t_n1_5 or ``experiment_cfg/metadata.json`` (a
+    directory without the statistics is then refused by name when read). LeRobot configs
+    (``type``) are not GR00T.
     """
     if "type" in config_json:
         return None
@@ -39,8 +44,8 @@ def detect(config_json: Mapping[str, Any], path: Path) -> str | None:
         return NAME
     if all(f in config_json for f in N17_FIELDS) and all((path / f).is_file() for f in N17_FILES):
         return NAME
-    if (path / N15_METADATA).is_file():
-        return NAME
+    if config_json.get("model_type") == N15_MODEL_TYPE or (path / N15_METADATA).is_file():
+        return N15_NAME
     return None
 
 
@@ -62,6 +67,27 @@ def facts(config: Any) -> PolicyFacts:
     )
 
 
+def n15_facts(config: Any) -> PolicyFacts:
+    """Refuse to state an N1.5 policy directory: its prompt format is not built yet.
+
+    ``vla-edge import`` reads and checks an N1.5 checkpoint whole (every key and shape,
+    the embodiment, the statistics) before it asks for these facts, so every fault of the
+    checkpoint is reported first; the policy directory it would write needs the host
+    tokens of Eagle 2.5's chat template, which no registered prompt format encodes.
+
+    Raises:
+        UnknownArchitectureError: always, naming what is missing.
+    """
+    from vla_edge.core.errors import UnknownArchitectureError
+
+    raise UnknownArchitectureError(
+        f"{N15_NAME}: the checkpoint reads and checks ({config.text.depth} language-model "
+        f"layers, embodiment slice {config.embodiment_id}), but no policy directory is "
+        "written for GR00T N1.5: its Eagle 2.5 chat template has no registered prompt format; "
+        "export its model with vla_edge.export.architecture.stage_programs_of"
+    )
+
+
 ARCHITECTURES = (
     Architecture(
         name=NAME,
@@ -71,8 +97,7 @@ ARCHITECTURES = (
                 "isaac_gr00t",
                 "N1.7: config.json model_type Gr00tN1d7, model-*.safetensors with "
                 "model.safetensors.index.json (or one model.safetensors), processor_config.json, "
-                "statistics.json and embodiment_id.json per embodiment tag (--embodiment); "
-                "N1.5 (experiment_cfg/metadata.json) refused: its Eagle 2.5 backbone is not built",
+                "statistics.json and embodiment_id.json per embodiment tag (--embodiment)",
             ),
         ),
         config=f"{_GROOT}.config:GrootConfig",
@@ -95,5 +120,29 @@ ARCHITECTURES = (
         bench=f"{_GROOT}.bench:BENCH",
         upstream=f"{_GROOT}.upstream:ISAAC_GROOT",
         facts=facts,
+    ),
+    Architecture(
+        name=N15_NAME,
+        title="GR00T N1.5 (NVIDIA Isaac-GR00T)",
+        layouts=(
+            Layout(
+                "isaac_gr00t_n1d5",
+                "N1.5: config.json model_type gr00t_n1_5 (backbone_cfg, action_head_cfg), "
+                "model-*.safetensors with model.safetensors.index.json (or one "
+                "model.safetensors), experiment_cfg/metadata.json with statistics per "
+                "embodiment tag (--embodiment); Eagle 2.5 backbone (SigLIP, Qwen3)",
+            ),
+        ),
+        config=f"{_GROOT}.n15_config:GrootN15Config",
+        model=f"{_GROOT}.n15_model:GrootN15Model",
+        stages=f"{_GROOT}.n15_stages:build_stages",
+        read_checkpoint=f"{_GROOT}.n15_checkpoint:read_checkpoint",
+        copy_weights=f"{_GROOT}.checkpoint:copy_weights",
+        load_weights=f"{_GROOT}.n15_checkpoint:load_weights",
+        detect=f"{_GROOT}.arch:detect",
+        options=("architecture", "embodiment", "vision_heads", "action_horizon"),
+        tokenizer="huggingface",
+        export=f"{_GROOT}.n15_programs:EXPORT",
+        facts=n15_facts,
     ),
 )

@@ -14,9 +14,9 @@ Two published layouts (NVIDIA/Isaac-GR00T; facts and sources in ``reference/groo
   {min, max, mean, std, q01, q99}}}}``) and ``embodiment_id.json`` (``{tag: slice}``).
 * **N1.5**: ``experiment_cfg/metadata.json`` keyed by embodiment tag (``{tag:
   {"statistics": {...}, "modalities": {...}}}``), an Eagle 2.5 backbone with other keys.
-  Its embodiment and statistics are read here (:func:`n15_normalisation`); its weights
-  are not built by :class:`~vla_edge.archs.groot.model.GrootModel`, and
-  :func:`read_checkpoint` says so by name.
+  Its embodiment and statistics are read here (:func:`n15_normalisation`); the rest by
+  :mod:`vla_edge.archs.groot.n15_checkpoint` (architecture ``groot_n15``), and
+  :func:`read_checkpoint` (N1.7's) refuses it by name.
 
 :func:`read_checkpoint` reads only the safetensors headers (every shard the index names)
 and the JSON files, derives the :class:`GrootConfig` (sizes from the header's shapes and
@@ -87,14 +87,15 @@ STATISTICS_NAME = "statistics.json"
 EMBODIMENT_ID_NAME = "embodiment_id.json"
 N15_METADATA = "experiment_cfg/metadata.json"
 LAYOUTS = ("isaac_gr00t",)
-"""The layout read (N1.7); N1.5's is recognised only to be refused by name."""
+"""The layout read here (N1.7); N1.5's is ``groot_n15``'s (:mod:`.n15_checkpoint`)."""
 ARCHITECTURE = "groot"
 MODEL_TYPE = "Gr00tN1d7"
 
 VISION_HEADS_BY_WIDTH = {1024: 16, 1152: 16}
 """Qwen3-VL vision heads for a hidden width (Qwen3-VL-2B / -8B); others: ``--vision-heads``."""
-N15_PROJECTOR_INDEX = {"gr1": 24, "oxe_droid": 17, "agibot_genie1": 26, "new_embodiment": 31}
-"""N1.5's embodiment tag → weight slice (``gr00t/data/embodiment_tags.py`` @16a6d6e1)."""
+N15_PROJECTOR_INDEX = {"gr1": 24, "oxe_droid": 17, "genie1_gripper": 26, "new_embodiment": 31}
+"""N1.5's embodiment tag → weight slice (``gr00t/data/embodiment_tags.py`` @16a6d6e1,
+``EMBODIMENT_TAG_MAPPING``; upstream has no slice for any other tag)."""
 STAT_NAMES = {"min_max": ("min", "max"), "quantile": ("q01", "q99"), "mean_std": ("mean", "std")}
 """Each normalisation kind's statistics (low / centre, high / scale)."""
 
@@ -643,12 +644,22 @@ def n15_normalisation(path: Path, embodiment: str | None) -> tuple[str, int, dic
 
     The groups are the tag's ``modalities`` in file order; N1.5 keeps its per-group modes
     in the training data config, not the checkpoint, so min/max (its default) is used.
+
+    Raises:
+        UnknownEmbodimentError: the tag asked for is not in the file, none given among
+            several, or a tag upstream maps to no weight slice (:data:`N15_PROJECTOR_INDEX`).
+        NormStatsError: the file absent, or the tag's statistics missing or malformed.
     """
     meta_path = path / N15_METADATA
     metadata = read_json(meta_path, N15_METADATA, NormStatsError)
     if not isinstance(metadata, Mapping) or not metadata:
         raise NormStatsError(f"{meta_path}: no embodiment tags")
     tag = select_embodiment(metadata, embodiment, str(meta_path))
+    if tag not in N15_PROJECTOR_INDEX:
+        raise UnknownEmbodimentError(
+            f"{meta_path}: embodiment = {tag!r} has no weight slice in N1.5's tag table "
+            f"{sorted(N15_PROJECTOR_INDEX)} (upstream's EMBODIMENT_TAG_MAPPING)"
+        )
     entry = metadata[tag]
     stats = entry.get("statistics") if isinstance(entry, Mapping) else None
     if not isinstance(stats, Mapping):
@@ -659,11 +670,7 @@ def n15_normalisation(path: Path, embodiment: str | None) -> tuple[str, int, dic
         parts[name] = normalisation_part(
             stats.get(part), list(modalities), set(), "min_max", f"{meta_path}: {tag}.{part}"
         )
-    return (
-        tag,
-        N15_PROJECTOR_INDEX.get(tag, N15_PROJECTOR_INDEX["new_embodiment"]),
-        _section(parts, tag, True),
-    )
+    return tag, N15_PROJECTOR_INDEX[tag], _section(parts, tag, True)
 
 
 # -- the whole checkpoint ------------------------------------------------------------------
@@ -704,7 +711,7 @@ def read_checkpoint(
         CheckpointError: ``config.json`` or the weights absent or unreadable, a flag this
             module does not build, a size the files do not fix, or a video or state of
             several steps (:func:`check_single_step`).
-        UnknownArchitectureError: not GR00T, or N1.5 (whose backbone is not built here).
+        UnknownArchitectureError: not GR00T, or N1.5 (read as architecture ``groot_n15``).
         UnknownEmbodimentError: the tag asked for is not in the checkpoint.
         CheckpointKeysError: missing, unexpected or mis-shaped keys.
         NormStatsError: statistics absent, unreadable or non-finite.
@@ -718,8 +725,9 @@ def read_checkpoint(
     if layout == "isaac_gr00t_n1d5":
         tag, _, _ = n15_normalisation(path, embodiment)
         raise UnknownArchitectureError(
-            f"{path}: a GR00T N1.5 checkpoint (embodiment {tag!r} found in {N15_METADATA}); "
-            "its Eagle 2.5 backbone is not built by vla_edge.archs.groot (N1.7's Qwen3-VL)"
+            f"{path}: a GR00T N1.5 checkpoint (embodiment {tag!r} found in {N15_METADATA}), "
+            "not N1.7: its Eagle 2.5 backbone is architecture 'groot_n15' "
+            "(vla_edge.archs.groot.n15_checkpoint), not 'groot' (N1.7's Qwen3-VL)"
         )
     processor_json = read_json(path / PROCESSOR_NAME, PROCESSOR_NAME)
     processor = dict(processor_json.get("processor_kwargs") or {})

@@ -13,7 +13,7 @@
 Everything under ``backbone.model.model.`` (the Qwen3-VL vision tower and the language
 model cut to ``select_layer`` layers, final norm included) and ``action_head.`` maps to
 the same name. The N1.5 layout (Eagle 2.5 backbone, ``experiment_cfg/metadata.json``)
-has other keys and is not built by this module (:mod:`.checkpoint` reads its statistics).
+has other keys, read by :mod:`.n15_checkpoint`.
 """
 
 from __future__ import annotations

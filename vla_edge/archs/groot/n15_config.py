@@ -1,0 +1,284 @@
+r"""One validated config that builds GR00T N1.5 at every size.
+
+Sizes follow NVIDIA/Isaac-GR00T at the N1.5 release: the Eagle 2.5 backbone
+(``gr00t/model/backbone/eagle2_hg_model/modeling_eagle2_5_vl.py`` @c395eca8: a SigLIP
+vision tower, an optional 2x2 pixel shuffle (``use_pixel_shuffle``, ``downsample_ratio``
+0.5) and the ``mlp1`` projector of one or two linears (``mlp_connector_layers``) into a
+Qwen3 language model cut to ``select_layer`` layers) and the flow-matching action
+head (``gr00t/model/action_head/flow_matching_action_head.py`` @04c7ee10,
+``cross_attention_dit.py`` @c395eca8), with the shapes of
+the Eagle 2.5 config shipped with the N1.5 code (``gr00t/model/backbone/eagle2_hg_model/
+config.json``, read in the fork peri044/Isaac-GR00T @82bdf04e: SigLIP 27 x 1152 at 224²
+with 14² patches, ``use_pixel_shuffle`` false, ``mlp_connector_layers`` 1, Qwen3-1.7B of
+151680 tokens with RoPE base 1e6, ``image_token_index`` 151669) and
+``deployment_scripts/build_engine.sh`` @56996fcb (224² images → 256 SigLIP patches of
+1152 that the language-model engine takes whole, so no pixel shuffle and a one-linear
+projector at full size, sequences of up to 300 tokens; backbone features of 2048, state
+64, actions 16 x 32, DiT tokens 1 + 32 + 16 of 1536, DiT output 1024).
+:meth:`GrootN15Config.full_n15` and :meth:`GrootN15Config.tiny` are the named sizes;
+every invalid field or inconsistent pair is a :class:`~vla_edge.core.errors.ConfigError`.
+
+The prompt layout the language model reads, in order (fixed shapes, batch 1):
+
+* ``lead_token_ids``: the chat template's opening, constant;
+* per image slot: ``image_start_id``, the slot's ``num_tokens`` image tokens,
+  ``image_end_id``;
+* ``max_token_len`` host tokens: the instruction and the template's closing, right-padded.
+
+The token ids are the tokenizer's: ``image_token_id`` is Eagle 2.5's ``<IMG_CONTEXT>``
+(151669); the lead tokens and the image start / end ids are placeholders not checked
+against Eagle 2.5's tokenizer (``config.json`` holds none of them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from vla_edge.archs.config_base import FrozenConfig, check_heads, check_patches
+from vla_edge.archs.groot.config import MAX_EMBODIMENTS, TransformerSize
+from vla_edge.core.errors import ConfigError
+
+QWEN3_VOCAB_SIZE = 151680
+"""Rows of the Eagle 2.5 language model's token table (Qwen3-1.7B's, padded)."""
+IMAGE_SLOTS = ("ego_view",)
+"""Camera slots of GR1's data config (``video.ego_view``)."""
+
+
+class SiglipSize(FrozenConfig):
+    """Sizes of the SigLIP vision tower (``SiglipVisionConfig``)."""
+
+    hidden: int = Field(ge=2, le=8192)
+    depth: int = Field(ge=1, le=128)
+    num_heads: int = Field(ge=1, le=128)
+    mlp_dim: int = Field(ge=1, le=65536)
+    patch_size: int = Field(ge=1, le=64)
+    image_size: int = Field(ge=1, le=2048)
+    layer_norm_eps: float = Field(1e-6, gt=0.0, le=1e-2)
+    shuffle: int = Field(1, ge=1, le=8)
+    """Patches per side folded into one image token: 1 without the pixel shuffle, else
+    ``1 / downsample_ratio``."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SiglipSize:
+        check_patches("SiglipSize", self.hidden, self.num_heads, self.image_size, self.patch_size)
+        if self.grid % self.shuffle:
+            raise ConfigError(
+                f"SiglipSize: shuffle={self.shuffle} does not divide the patch grid {self.grid} "
+                f"(image_size={self.image_size} / patch_size={self.patch_size})"
+            )
+        return self
+
+    @property
+    def grid(self) -> int:
+        """Patches per side of one image."""
+        return self.image_size // self.patch_size
+
+    @property
+    def num_patches(self) -> int:
+        """SigLIP tokens per image (rows of the position table)."""
+        return self.grid**2
+
+    @property
+    def num_tokens(self) -> int:
+        """Image tokens per slot after the pixel shuffle."""
+        return (self.grid // self.shuffle) ** 2
+
+    @property
+    def shuffled_dim(self) -> int:
+        """Width of one image token after the pixel shuffle (``mlp1``'s input)."""
+        return self.hidden * self.shuffle**2
+
+    @classmethod
+    def siglip_400m(cls) -> SiglipSize:
+        """Eagle 2.5's SigLIP tower at GR00T N1.5's 224² images (27 blocks of 1152)."""
+        return cls(hidden=1152, depth=27, num_heads=16, mlp_dim=4304, patch_size=14, image_size=224)
+
+
+class Qwen3Size(FrozenConfig):
+    """Sizes of the Qwen3 language model as built here (``depth`` = ``select_layer``)."""
+
+    width: int = Field(ge=2, le=16384)
+    depth: int = Field(ge=1, le=128)
+    mlp_dim: int = Field(ge=1, le=131072)
+    num_heads: int = Field(ge=1, le=128)
+    num_kv_heads: int = Field(ge=1, le=128)
+    head_dim: int = Field(ge=2, le=1024)
+    vocab_size: int = Field(QWEN3_VOCAB_SIZE, ge=2)
+    rope_theta: float = Field(1_000_000.0, gt=1.0)
+    rms_norm_eps: float = Field(1e-6, gt=0.0, le=1e-2)
+
+    @model_validator(mode="after")
+    def _check(self) -> Qwen3Size:
+        check_heads("Qwen3Size", self.num_heads, self.num_kv_heads, self.head_dim)
+        return self
+
+    @classmethod
+    def qwen3_1_7b(cls, depth: int = 12) -> Qwen3Size:
+        """Eagle 2.5's language model (Qwen3-1.7B), cut to ``depth`` layers."""
+        return cls(
+            width=2048, depth=depth, mlp_dim=6144, num_heads=16, num_kv_heads=8, head_dim=128
+        )
+
+
+class GrootN15Config(FrozenConfig):
+    """GR00T N1.5 at any size.
+
+    ``project_to_dim``: the backbone's output projection (``eagle_linear``) width, or
+    ``None`` where upstream builds an identity (the backbone's features are the language
+    model's width). ``embodiment_id`` is the per-embodiment weight slice.
+    """
+
+    vision: SiglipSize = Field(default_factory=SiglipSize.siglip_400m)
+    text: Qwen3Size = Field(default_factory=Qwen3Size.qwen3_1_7b)
+    projector_layers: int = Field(1, ge=1, le=2)
+    """Linears of ``mlp1`` (``mlp_connector_layers``): 1 is ``Linear``; 2 is ``LayerNorm,
+    Linear, GELU, Linear``."""
+    project_to_dim: int | None = Field(None, ge=1, le=16384)
+    vl_self_attention: TransformerSize = Field(
+        default_factory=lambda: TransformerSize(depth=4, num_heads=32, head_dim=64)
+    )
+    dit: TransformerSize = Field(
+        default_factory=lambda: TransformerSize(depth=16, num_heads=32, head_dim=48)
+    )
+    interleave_self_attention: bool = True
+    """Odd DiT blocks attend to the DiT's own tokens, even ones to the backbone's."""
+    hidden_size: int = Field(1024, ge=1, le=16384)
+    """The DiT's output width and the action decoder's."""
+    max_state_dim: int = Field(64, ge=1, le=1024)
+    max_action_dim: int = Field(32, ge=1, le=1024)
+    action_horizon: int = Field(16, ge=1, le=1024)
+    max_seq_len: int = Field(1024, ge=1, le=65536)
+    """Rows of the action tokens' position table."""
+    num_future_tokens: int = Field(32, ge=0, le=1024)
+    """Learned tokens between the state token and the action tokens
+    (``num_target_vision_tokens``)."""
+    max_num_embodiments: int = Field(MAX_EMBODIMENTS, ge=1, le=1024)
+    embodiment_id: int = Field(31, ge=0)
+    flow_steps: int = Field(4, ge=1, le=100)
+    num_timestep_buckets: int = Field(1000, ge=1, le=1_000_000)
+    timestep_channels: int = Field(256, ge=2, le=4096)
+    max_token_len: int = Field(48, ge=1, le=4096)
+    image_slots: tuple[str, ...] = Field(IMAGE_SLOTS, min_length=1, max_length=16)
+    lead_token_ids: tuple[int, ...] = Field((151644, 872, 198), max_length=64)
+    image_token_id: int = Field(151669, ge=0)
+    image_start_id: int = Field(151670, ge=0)
+    image_end_id: int = Field(151671, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> GrootN15Config:
+        if self.embodiment_id >= self.max_num_embodiments:
+            raise ConfigError(
+                f"GrootN15Config: embodiment_id={self.embodiment_id} must be below "
+                f"max_num_embodiments={self.max_num_embodiments}"
+            )
+        if self.vl_self_attention.width != self.backbone_width:
+            raise ConfigError(
+                f"GrootN15Config: vl_self_attention width {self.vl_self_attention.width} "
+                f"(num_heads * head_dim) must equal the backbone's width {self.backbone_width}"
+            )
+        if self.action_horizon > self.max_seq_len:
+            raise ConfigError(
+                f"GrootN15Config: action_horizon={self.action_horizon} exceeds the position "
+                f"table max_seq_len={self.max_seq_len}"
+            )
+        if self.timestep_channels % 2 or self.dit.width % 2:
+            raise ConfigError(
+                f"GrootN15Config: timestep_channels={self.timestep_channels} and the DiT width "
+                f"{self.dit.width} must be even"
+            )
+        ids = (*self.lead_token_ids, self.image_token_id, self.image_start_id, self.image_end_id)
+        bad = [i for i in ids if not 0 <= i < self.text.vocab_size]
+        if bad:
+            raise ConfigError(
+                f"GrootN15Config: token ids {bad} outside the vocabulary of {self.text.vocab_size}"
+            )
+        if len(set(self.image_slots)) != len(self.image_slots):
+            raise ConfigError(f"GrootN15Config: image_slots {self.image_slots} repeat a name")
+        return self
+
+    @property
+    def backbone_width(self) -> int:
+        """Width of the backbone's features (``backbone_embedding_dim``)."""
+        return self.project_to_dim or self.text.width
+
+    @property
+    def input_embedding_dim(self) -> int:
+        """Width of the DiT's tokens: ``dit.num_heads * dit.head_dim``."""
+        return self.dit.width
+
+    @property
+    def n_slots(self) -> int:
+        """Number of image slots."""
+        return len(self.image_slots)
+
+    @property
+    def slot_len(self) -> int:
+        """Tokens per slot: the start token, the image tokens, the end token."""
+        return self.vision.num_tokens + 2
+
+    @property
+    def lead_len(self) -> int:
+        """Tokens before the first slot."""
+        return len(self.lead_token_ids)
+
+    @property
+    def prefix_len(self) -> int:
+        """Tokens the language model reads (and the DiT attends to)."""
+        return self.lead_len + self.n_slots * self.slot_len + self.max_token_len
+
+    @property
+    def suffix_len(self) -> int:
+        """The DiT's tokens: the state token, the future tokens, the action tokens."""
+        return 1 + self.num_future_tokens + self.action_horizon
+
+    @classmethod
+    def full_n15(cls, **overrides: Any) -> GrootN15Config:
+        """Full-size GR00T N1.5 (SigLIP-400M, Qwen3-1.7B cut to 12 layers, 16-layer DiT)."""
+        return cls(**overrides)
+
+    @classmethod
+    def tiny(cls, **overrides: Any) -> GrootN15Config:
+        """A small size for tests: every part present, a few layers of each, 32² images.
+
+        The 2x2 pixel shuffle and the two-linear projector, which the full size does not
+        use, are on, so the tests exercise them.
+        """
+        base: dict[str, Any] = {
+            "vision": SiglipSize(
+                hidden=32, depth=2, num_heads=4, mlp_dim=64, patch_size=8, image_size=32, shuffle=2
+            ),
+            "projector_layers": 2,
+            "text": Qwen3Size(
+                width=64,
+                depth=3,
+                mlp_dim=96,
+                num_heads=4,
+                num_kv_heads=2,
+                head_dim=16,
+                vocab_size=512,
+                rope_theta=10000.0,
+            ),
+            "vl_self_attention": TransformerSize(depth=2, num_heads=4, head_dim=16),
+            "dit": TransformerSize(depth=4, num_heads=4, head_dim=8),
+            "hidden_size": 48,
+            "max_state_dim": 12,
+            "max_action_dim": 10,
+            "action_horizon": 6,
+            "max_seq_len": 16,
+            "num_future_tokens": 3,
+            "max_num_embodiments": 4,
+            "embodiment_id": 2,
+            "max_token_len": 8,
+            "timestep_channels": 16,
+            "image_slots": ("ego_view", "wrist_view"),
+            "lead_token_ids": (500, 501, 502),
+            "image_token_id": 510,
+            "image_start_id": 508,
+            "image_end_id": 509,
+        }
+        return cls(**{**base, **overrides})
+
+
+__all__ = ["GrootN15Config", "Qwen3Size", "SiglipSize"]
