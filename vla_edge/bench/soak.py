@@ -112,6 +112,8 @@ INFERENCE_KEYS = {
     "expected_delay_s": "expected_delay_s",
     "errors_total": "errors.total",
     "dropped_frames": "dropped_frames",
+    # requests dropped as made before the controller had the last chunk (chunk_transit_s)
+    "stale_requests": "stale_requests",
 }
 SAFETY_KEYS = {
     "rejected": "rejected",
