@@ -277,7 +277,7 @@ def test_prompt_formats_are_exactly_what_the_architectures_register() -> None:
     assert registry.PROMPT_FORMATS == registered
     assert {"instruction", "pi0", "pi05_state", "smolvla", "groot"} <= set(registered)
     assert host.prompt_formats("sentencepiece") == ("pi0", "pi05_state")
-    assert set(host.prompt_formats("huggingface")) == {"smolvla", "groot"}
+    assert set(host.prompt_formats("huggingface")) == {"smolvla", "groot", "groot_n15"}
     assert host.prompt_formats("wordpiece") == ("instruction",)
     assert "instruction" not in host.prompt_formats(policy=True)  # the bundled model's own
     assert set(host.tokenizer_kinds()) == {"wordpiece", "sentencepiece", "huggingface"}

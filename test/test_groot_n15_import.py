@@ -33,7 +33,7 @@ from vla_edge.core.errors import (
     CheckpointError,
     CheckpointKeysError,
     NormStatsError,
-    UnknownArchitectureError,
+    TokenizerMismatchError,
 )
 
 TAGS = ("gr1", "new_embodiment")
@@ -346,8 +346,9 @@ def test_a_missing_key_is_listed(tmp_path, model) -> None:
 
 
 def test_vla_edge_import_checks_the_whole_checkpoint_first_and_writes_nothing(tmp_path) -> None:
-    """A bad tag fails before anything else; a good one is read whole, then the policy
-    directory (which needs an N1.5 prompt format, not registered) is refused by name.
+    """A bad tag fails before anything else; a good one is read whole, then a directory
+    that is no Eagle 2.5 tokenizer (no ``tokenizer.json``) is refused by name before
+    anything is written (the whole way: ``test_groot_n15_prompt.py``).
 
     The import reads what the files do not fix at full size (the tokenizer's ids), so the
     token table here has Qwen3's rows."""
@@ -380,9 +381,7 @@ def test_vla_edge_import_checks_the_whole_checkpoint_first_and_writes_nothing(tm
 
     with pytest.raises(UnknownEmbodimentError, match="'oxe_droid' is not in the checkpoint"):
         run(embodiment="oxe_droid")
-    with pytest.raises(
-        UnknownArchitectureError, match="groot_n15: the checkpoint reads and checks"
-    ):
+    with pytest.raises(TokenizerMismatchError, match="no tokenizer.json; expected Eagle 2.5's"):
         run(embodiment="gr1")
     assert not out.exists()
     assert sorted((p.name, p.stat().st_mtime_ns) for p in checkpoint.rglob("*")) == before

@@ -250,6 +250,9 @@ class ImportOptions:
     embodiment: str | None = None
     """The embodiment tag, for architectures with per-embodiment weights and statistics
     (GR00T: a weight slice and a statistics entry per tag)."""
+    tokenizer: str | None = None
+    """Not a flag: ``vla-edge import`` sets it to its tokenizer, for an architecture whose
+    config numbers its prompt layout with the tokenizer's ids (GR00T N1.5)."""
 
 
 @dataclass(frozen=True)

@@ -325,7 +325,9 @@ def import_checkpoint(
     if foreign:
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
         raise ConfigError(f"{flags}: not read for {arch.name} ({arch.title}); leave them out")
-    ckpt = arch.resolve("read_checkpoint")(checkpoint, replace(options, architecture=arch.name))
+    ckpt = arch.resolve("read_checkpoint")(
+        checkpoint, replace(options, architecture=arch.name, tokenizer=str(tokenizer))
+    )
     facts = arch.facts(ckpt.config)
     if arch.tokenizer == "huggingface":
         tok = hf_tokenizer_entry(tokenizer, facts.vocab_size, facts.max_token_len)

@@ -14,8 +14,9 @@ module's docstring). Apache-2.0 code; each checkpoint's weight licence is its ow
 * N1.5 (architecture ``groot_n15``, an Eagle 2.5 backbone: SigLIP and Qwen3):
   :mod:`.n15_config` (:class:`GrootN15Config`: ``full_n15``, ``tiny``), :mod:`.n15_model`
   (:class:`GrootN15Model`, each departure from N1.7 named), :mod:`.n15_stages` (the same
-  three stages), :mod:`.n15_checkpoint` (its checkpoint directory), :mod:`.n15_programs`
-  (its export hooks).
+  three stages), :mod:`.n15_checkpoint` (its checkpoint directory), :mod:`.n15_prompt`
+  (Eagle 2.5's chat layout, the ``groot_n15`` prompt format; no torch),
+  :mod:`.n15_programs` (its export hooks and policy directories).
 * :mod:`.processor`: the host side: normalisation in the policy directory's schema (no torch).
 * :mod:`.arch`: the registration (no torch).
 

@@ -28,6 +28,8 @@ N15_MODEL_TYPE = "gr00t_n1_5"
 """``config.json`` ``model_type`` of N1.5 (``GR00T_N1_5Config``)."""
 PROMPT_FORMAT = "groot"
 """Qwen3-VL's one-turn chat template around the instruction (:mod:`.prompt`)."""
+N15_PROMPT_FORMAT = "groot_n15"
+"""Eagle 2.5's chat template: system turn, images, instruction (:mod:`.n15_prompt`)."""
 
 
 def detect(config_json: Mapping[str, Any], path: Path) -> str | None:
@@ -68,23 +70,25 @@ def facts(config: Any) -> PolicyFacts:
 
 
 def n15_facts(config: Any) -> PolicyFacts:
-    """Refuse to state an N1.5 policy directory: its prompt format is not built yet.
+    """What a GR00T N1.5 policy directory states about ``config`` (attribute reads only).
 
-    ``vla-edge import`` reads and checks an N1.5 checkpoint whole (every key and shape,
-    the embodiment, the statistics) before it asks for these facts, so every fault of the
-    checkpoint is reported first; the policy directory it would write needs the host
-    tokens of Eagle 2.5's chat template, which no registered prompt format encodes.
-
-    Raises:
-        UnknownArchitectureError: always, naming what is missing.
+    Images: SigLIP's [-1, 1] pixels (Eagle 2.5's processor: mean 0.5, std 0.5), after
+    N1.5's evaluation transform, ``VideoCrop(scale=0.95)`` (in eval mode a centre crop
+    keeping 0.95 of each side, no pad: NVIDIA/Isaac-GR00T ``gr00t/data/transform/video.py``
+    @357f9827) then ``VideoResize`` to the model's side, as the centre-crop fit of
+    :func:`.processor.image_fit` without letterbox; the prompt: :mod:`.n15_prompt`.
     """
-    from vla_edge.core.errors import UnknownArchitectureError
+    from vla_edge.archs.groot.processor import image_fit
 
-    raise UnknownArchitectureError(
-        f"{N15_NAME}: the checkpoint reads and checks ({config.text.depth} language-model "
-        f"layers, embodiment slice {config.embodiment_id}), but no policy directory is "
-        "written for GR00T N1.5: its Eagle 2.5 chat template has no registered prompt format; "
-        "export its model with vla_edge.export.architecture.stage_programs_of"
+    return PolicyFacts(
+        chunk_horizon=config.action_horizon,
+        action_dim=config.max_action_dim,
+        vocab_size=config.text.vocab_size,
+        max_token_len=config.max_token_len,
+        image_slots=tuple(config.image_slots),
+        image_size=config.vision.image_size,
+        images={"pixel_range": [-1.0, 1.0], **image_fit(config)},
+        prompt={"format": N15_PROMPT_FORMAT},
     )
 
 
@@ -142,6 +146,13 @@ ARCHITECTURES = (
         detect=f"{_GROOT}.arch:detect",
         options=("architecture", "embodiment", "vision_heads", "action_horizon"),
         tokenizer="huggingface",
+        prompts=(
+            PromptFormat(
+                N15_PROMPT_FORMAT,
+                tokenizer="huggingface",
+                encoder=f"{_GROOT}.prompt:GrootN15PromptTokenizer",
+            ),
+        ),
         export=f"{_GROOT}.n15_programs:EXPORT",
         facts=n15_facts,
     ),

@@ -313,12 +313,16 @@ def read_checkpoint(
         defaults: what the files do not fix (heads of an unknown SigLIP width, RoPE base,
             the tokenizer's ids, ``max_token_len``, the image slots); full size by default.
 
+    ``options.tokenizer`` (set by ``vla-edge import``): the prompt layout's ids come from
+    that tokenizer directory (:func:`with_tokenizer_layout`).
+
     Raises:
         CheckpointError: ``config.json`` or the weights absent or unreadable, a flag not
             built, a size the files do not fix, an embodiment slice outside the encoders.
         UnknownEmbodimentError: the tag asked for is not in ``metadata.json`` (its tags listed).
         NormStatsError: ``metadata.json`` absent, or the tag's statistics missing or malformed.
         CheckpointKeysError: missing, unexpected or mis-shaped keys.
+        TokenizerMismatchError: ``options.tokenizer`` numbers the layout otherwise.
     """
     options = options or ImportOptions()
     defaults = defaults or GrootN15Config.full_n15()
@@ -338,6 +342,9 @@ def read_checkpoint(
         )
     config = infer_config(shapes, config_json, slice_id, options, defaults)
     check_keys(shapes, config, source)
+    tokenizer = getattr(options, "tokenizer", None)
+    if tokenizer is not None:
+        config = with_tokenizer_layout(config, tokenizer)
     key_map = {k: k for k in model_shapes(config)}
     return Checkpoint(
         path=path,
@@ -352,6 +359,28 @@ def read_checkpoint(
         stats_file=N15_METADATA,
         config_json={**config_json, "weight_files": dict(sorted(files.items()))},
     )
+
+
+def with_tokenizer_layout(config: GrootN15Config, tokenizer: str | Path) -> GrootN15Config:
+    """``config`` with the prompt layout's ids as ``tokenizer`` numbers them.
+
+    :func:`vla_edge.archs.groot.n15_prompt.chat_layout`: the lead, the slot labels and
+    ``<img>`` / ``</img>`` from the tokenizer, its ``<IMG_CONTEXT>`` checked against
+    ``image_token_id``.
+
+    Raises:
+        TokenizerMismatchError: as ``chat_layout``, or ids past the embedding table.
+    """
+    from vla_edge.archs.groot.n15_prompt import chat_layout
+    from vla_edge.core.errors import TokenizerMismatchError
+
+    layout = chat_layout(tokenizer, config.n_slots, config.image_token_id)
+    try:
+        return GrootN15Config(**{**config.model_dump(), **layout})
+    except ConfigError as exc:
+        raise TokenizerMismatchError(
+            f"tokenizer = {str(tokenizer)!r}: its chat layout does not fit the model: {exc}"
+        ) from exc
 
 
 def load_weights(
@@ -379,4 +408,5 @@ __all__ = [
     "load_weights",
     "model_shapes",
     "read_checkpoint",
+    "with_tokenizer_layout",
 ]

@@ -20,14 +20,20 @@ every invalid field or inconsistent pair is a :class:`~vla_edge.core.errors.Conf
 
 The prompt layout the language model reads, in order (fixed shapes, batch 1):
 
-* ``lead_token_ids``: the chat template's opening, constant;
-* per image slot: ``image_start_id``, the slot's ``num_tokens`` image tokens,
-  ``image_end_id``;
+* ``lead_token_ids``: the chat template's system turn and the user turn's opening, constant;
+* per image slot ``k``: ``slot_label_ids[k]`` (the text ``<image k+1>`` Eagle 2.5's
+  processor writes before each image), ``image_start_id`` (``<img>``), the slot's
+  ``num_tokens`` image tokens (``<IMG_CONTEXT>``), ``image_end_id`` (``</img>``);
 * ``max_token_len`` host tokens: the instruction and the template's closing, right-padded.
 
-The token ids are the tokenizer's: ``image_token_id`` is Eagle 2.5's ``<IMG_CONTEXT>``
-(151669); the lead tokens and the image start / end ids are placeholders not checked
-against Eagle 2.5's tokenizer (``config.json`` holds none of them).
+The layout is :mod:`vla_edge.archs.groot.n15_prompt`'s. The token ids are the
+tokenizer's: ``image_token_id`` is Eagle 2.5's ``<IMG_CONTEXT>`` (``image_token_index``
+151669 in the Eagle 2.5 config); ``vla-edge import`` replaces the lead tokens, the slot
+labels and the image start / end ids with the ids the user's tokenizer gives them
+(:func:`vla_edge.archs.groot.n15_prompt.chat_layout`), checking its ``<IMG_CONTEXT>``
+against ``image_token_id``. The defaults below are what Qwen3's byte-level BPE gives the
+lead (its published ids) and the ids after ``<IMG_CONTEXT>``; no slot labels: a config
+built without a tokenizer describes a model, not a policy.
 """
 
 from __future__ import annotations
@@ -44,6 +50,24 @@ QWEN3_VOCAB_SIZE = 151680
 """Rows of the Eagle 2.5 language model's token table (Qwen3-1.7B's, padded)."""
 IMAGE_SLOTS = ("ego_view",)
 """Camera slots of GR1's data config (``video.ego_view``)."""
+QWEN3_LEAD_IDS = (
+    151644,
+    8948,
+    198,
+    2610,
+    525,
+    264,
+    10950,
+    17847,
+    13,
+    151645,
+    198,
+    151644,
+    872,
+    198,
+)
+"""``<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n`` in
+Qwen3's ids (replaced at import by the user's tokenizer's)."""
 
 
 class SiglipSize(FrozenConfig):
@@ -161,10 +185,14 @@ class GrootN15Config(FrozenConfig):
     timestep_channels: int = Field(256, ge=2, le=4096)
     max_token_len: int = Field(48, ge=1, le=4096)
     image_slots: tuple[str, ...] = Field(IMAGE_SLOTS, min_length=1, max_length=16)
-    lead_token_ids: tuple[int, ...] = Field((151644, 872, 198), max_length=64)
+    lead_token_ids: tuple[int, ...] = Field(QWEN3_LEAD_IDS, max_length=64)
+    slot_label_ids: tuple[tuple[int, ...], ...] = Field((), max_length=16)
+    """Per slot, the tokens of the text before its ``<img>`` (``<image k>``); empty: none."""
     image_token_id: int = Field(151669, ge=0)
     image_start_id: int = Field(151670, ge=0)
     image_end_id: int = Field(151671, ge=0)
+    image_crop_fraction: float = Field(0.95, gt=0.0, le=1.0)
+    """The side fraction N1.5's evaluation transform keeps (``VideoCrop(scale=0.95)``)."""
 
     @model_validator(mode="after")
     def _check(self) -> GrootN15Config:
@@ -188,7 +216,24 @@ class GrootN15Config(FrozenConfig):
                 f"GrootN15Config: timestep_channels={self.timestep_channels} and the DiT width "
                 f"{self.dit.width} must be even"
             )
-        ids = (*self.lead_token_ids, self.image_token_id, self.image_start_id, self.image_end_id)
+        if self.slot_label_ids and len(self.slot_label_ids) != len(self.image_slots):
+            raise ConfigError(
+                f"GrootN15Config: slot_label_ids has {len(self.slot_label_ids)} entries, "
+                f"expected one per image slot ({len(self.image_slots)}) or none"
+            )
+        if len({len(label) for label in self.slot_label_ids}) > 1:
+            raise ConfigError(
+                f"GrootN15Config: slot_label_ids {self.slot_label_ids} differ in length; the "
+                "slots of the fixed layout need labels of one length"
+            )
+        labels = [i for label in self.slot_label_ids for i in label]
+        ids = (
+            *self.lead_token_ids,
+            *labels,
+            self.image_token_id,
+            self.image_start_id,
+            self.image_end_id,
+        )
         bad = [i for i in ids if not 0 <= i < self.text.vocab_size]
         if bad:
             raise ConfigError(
@@ -214,9 +259,14 @@ class GrootN15Config(FrozenConfig):
         return len(self.image_slots)
 
     @property
+    def label_len(self) -> int:
+        """Tokens of each slot's label (``slot_label_ids``)."""
+        return len(self.slot_label_ids[0]) if self.slot_label_ids else 0
+
+    @property
     def slot_len(self) -> int:
-        """Tokens per slot: the start token, the image tokens, the end token."""
-        return self.vision.num_tokens + 2
+        """Tokens per slot: the label, the start token, the image tokens, the end token."""
+        return self.label_len + self.vision.num_tokens + 2
 
     @property
     def lead_len(self) -> int:

@@ -237,7 +237,7 @@ class ActionHeadN15(nn.Module):
 def prompt_tables(config: GrootN15Config) -> dict[str, torch.Tensor]:
     """Constant tables of the prompt layout (host tensors).
 
-    ``layout_ids`` ``[L_fixed]`` (lead tokens, each slot's start, image pads, end),
+    ``layout_ids`` ``[L_fixed]`` (lead tokens, each slot's label, start, image pads, end),
     ``image_rows`` ``[n_slots * T]`` (the image tokens' places), ``slot_rows``
     ``[n_slots + 1, L_fixed]`` (row ``s`` marks slot ``s``'s tokens, the last the lead).
     """
@@ -246,6 +246,7 @@ def prompt_tables(config: GrootN15Config) -> dict[str, torch.Tensor]:
     rows: list[int] = []
     owner: list[int] = [c.n_slots] * c.lead_len
     for slot in range(c.n_slots):
+        ids.extend(c.slot_label_ids[slot] if c.slot_label_ids else ())
         ids.append(c.image_start_id)
         rows.extend(range(len(ids), len(ids) + c.vision.num_tokens))
         ids.extend([c.image_token_id] * c.vision.num_tokens)

@@ -213,14 +213,15 @@ def image_fit(config: Any) -> dict[str, Any]:
     """``host.images``' fitting fields for ``config``: upstream's evaluation transform.
 
     ``resize: center_crop`` with ``resample: cv2_area``, the config's
-    ``image_crop_fraction`` and ``image_letterbox`` (true for an imported checkpoint)
+    ``image_crop_fraction`` and ``image_letterbox`` (true for an imported N1.7 checkpoint;
+    N1.5's config has none: its ``VideoCrop`` pads nothing, so false)
     (:func:`vla_edge.runners.image_resize.fit_center_crop`).
     """
     return {
         "resize": "center_crop",
         "resample": "cv2_area",
         "crop_fraction": float(config.image_crop_fraction),
-        "letterbox": bool(config.image_letterbox),
+        "letterbox": bool(getattr(config, "image_letterbox", False)),
     }
 
 
@@ -232,12 +233,15 @@ def groot_contract(
     dt_action_s: float,
     normalisation: Mapping[str, Any],
     source: dict[str, Any] | None = None,
+    architecture: str = ARCHITECTURE,
+    prompt: str = PROMPT,
 ) -> dict[str, Any]:
     """The manifest's fields besides the stages and the exporter.
 
     The host side is the VLM-prefix, flow-matching one of :func:`vla_edge.archs.host.
     prefix_flow_contract` at GR00T's widths (``max_state_dim``, ``max_action_dim``), with a
-    Hugging Face tokenizer (Qwen3-VL's) and the :data:`PROMPT` format.
+    Hugging Face tokenizer (Qwen3-VL's) and the :data:`PROMPT` format; N1.5
+    (:mod:`.n15_programs`) passes its ``architecture`` and ``prompt`` (Eagle 2.5's).
 
     Raises:
         CameraMapError: a bad camera map.
@@ -271,13 +275,13 @@ def groot_contract(
     )
     return host.prefix_flow_contract(
         view,
-        architecture=ARCHITECTURE,
+        architecture=architecture,
         stage_order=STAGE_ORDER,
         output=OUTPUT,
         slots=slots,
         images=image_fit(config),
         tokenizer={"kind": "huggingface", "file": TOKENIZER_DIR},
-        prompt=PROMPT,
+        prompt=prompt,
         state_dim=config.max_state_dim,
         chunk_horizon=config.action_horizon,
         normalisation=normalisation,

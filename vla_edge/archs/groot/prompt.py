@@ -22,6 +22,10 @@ the images at @2d1e82fe and @8cb8bd76 (older by their content: no licence header
 
 Departure, named once: with fixed shapes an instruction longer than the slots is cut
 (right) so that the closing always fits; upstream's variable-length prompt is not cut.
+
+GR00T N1.5's prompt (``groot_n15``, Eagle 2.5's chat layout) is written in
+:mod:`.n15_prompt`; its encoder is re-exported here, where the registry's convention puts
+each folder's encoders.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vla_edge.archs.groot.n15_prompt import GrootN15PromptTokenizer
 from vla_edge.archs.host import HF_TOKENIZER_JSON
 from vla_edge.archs.policy_tokenizer import HF_PAD_TOKEN_FILES, hf_pad_token
 from vla_edge.core.errors import ManifestMismatchError
@@ -114,3 +119,13 @@ class GrootPromptTokenizer:
         padded = ids + [self.pad_id] * (self.max_len - n)
         mask = [True] * n + [False] * (self.max_len - n)
         return np.asarray(padded, dtype=np.int64)[None], np.asarray(mask, dtype=bool)[None]
+
+
+__all__ = [
+    "CLOSING",
+    "CLOSING_SPECIAL_TOKENS",
+    "PROMPT",
+    "GrootN15PromptTokenizer",
+    "GrootPromptTokenizer",
+    "groot_text",
+]
