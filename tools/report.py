@@ -826,8 +826,6 @@ GRAPH_REPEAT = (
     *(_r(f"eval_bundled_virtual_10_seed{seed}.json") for seed in range(3, 6)),
     _r("eval_bundled_graph_10.json"),
     _r("eval_bundled_graph_10_run2.json"),
-    _r("eval_bundled_graph_10_run3.json"),
-    _r("eval_bundled_graph_10_run4.json"),
 )
 """The bundled model (torch) on the same 60 episodes: virtual time per noise seed, then the
 graph run after run."""
@@ -1526,7 +1524,7 @@ TABLES: tuple[Table, ...] = (
         (
             _r("eval_bundled_virtual_10.json"),
             _r("eval_bundled_graph_10.json"),
-            _r("eval_bundled_virtual_10_delay150.json"),
+            _r("eval_bundled_virtual_10_delay60.json"),
             _r("eval_bundled_executorch_virtual_10.json"),
             _r("eval_bundled_executorch_graph_10.json"),
             _r("eval_bundled_executorch_virtual_10_delay120.json"),
@@ -1542,7 +1540,7 @@ TABLES: tuple[Table, ...] = (
         GRAPH_REPEAT,
         "`vla-edge eval --policy bundled --episodes 10 --workers N --seed S --json OUT` "
         "(`S`: 0 to 5) and `vla-edge eval --policy bundled --episodes 10 --graph --threads 1 "
-        "--json OUT` run four times; the pooled comparison is also `vla-edge eval --compare "
+        "--json OUT` run twice; the pooled comparison is also `vla-edge eval --compare "
         "SEED0.json,SEED1.json,... RUN1.json,RUN2.json,...`",
         render_graph_repeat,
     ),
