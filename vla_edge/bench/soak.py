@@ -53,6 +53,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vla_edge.bench.soak_report import Episode, Fault, SoakRecord
+from vla_edge.control.homing import refusing_stop
 from vla_edge.core.errors import ConfigError, VlaEdgeError
 from vla_edge.core.stop import StopCategory
 from vla_edge.nodes import graph as g
@@ -484,11 +485,9 @@ def _histogram(
 
 
 def _holds_no_stop(state: str) -> bool:
-    """Whether a safety status ``state`` is below a category-1 stop (homing is not refused)."""
-    try:
-        return StopCategory(state).severity < StopCategory.CAT1.severity
-    except ValueError:  # a state this version does not know: not known to be clear
-        return False
+    """Whether a safety status ``state`` is a known one below a category-1 stop."""
+    known = state in {c.value for c in StopCategory}  # an unknown one is not known clear
+    return known and refusing_stop(state) is None
 
 
 def _subset(values: Mapping[str, str], keys: Mapping[str, str]) -> dict[str, Any]:

@@ -867,6 +867,18 @@ class Homing:
 # --- the safety node's stop, as the controller sees it --------------------------------------
 
 
+def refusing_stop(state: str | None) -> StopCategory | None:
+    """The safety node's ``state`` if it is a stop homing is refused under (category 1 / 0).
+
+    ``None`` for no stop, a category-2 hold, or a state this version does not know.
+    """
+    try:
+        category = StopCategory(state)
+    except ValueError:
+        return None
+    return category if category.severity >= StopCategory.CAT1.severity else None
+
+
 class SafetyStopView:
     """What the controller knows of the safety node's stop.
 
@@ -911,10 +923,7 @@ class SafetyStopView:
         age_s = now_s - self._received_s
         if age_s > self.max_status_age_s:
             return f"no status from the safety node for {age_s:.1f} s"
-        try:
-            category = StopCategory(self._state)
-        except ValueError:
-            return None
-        if category.severity >= StopCategory.CAT1.severity:
+        category = refusing_stop(self._state)
+        if category is not None:
             return f"the safety node holds a {category.value} stop ({self._reasons})"
         return None
