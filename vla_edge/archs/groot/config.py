@@ -21,7 +21,7 @@ That is upstream's ``apply_chat_template`` of one user turn with the images firs
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
@@ -172,86 +172,84 @@ class TransformerSize(FrozenConfig):
         return self.num_heads * self.head_dim
 
 
-class GrootConfig(FrozenConfig):
-    """GR00T N1.7 at any size.
+class FlowHeadConfig(FrozenConfig):
+    """What every GR00T version's config shares (the VL self-attention, the action head).
 
-    ``embodiment_id`` is the weight slice (0 to ``max_num_embodiments - 1``) the
-    per-embodiment encoders use; a checkpoint's ``embodiment_id.json`` maps a tag to it.
+    The flow-matching action head with its per-embodiment weight slices, and the prompt's
+    fixed sizes. Each version declares the rest with its own defaults (``dit``,
+    ``max_state_dim``, ``max_action_dim``, ``action_horizon``, ``embodiment_id``,
+    ``image_slots``, ``lead_token_ids``, ``image_token_id``, the language model's sizes
+    ``text`` and ``slot_len``) and validates itself with :meth:`check_head`.
     """
 
-    vision: VisionSize = Field(default_factory=VisionSize.qwen3_vl_2b)
-    text: TextSize = Field(default_factory=TextSize.qwen3_vl_2b)
+    if TYPE_CHECKING:  # declared by each version, with its defaults
+        text: TextSize | Any
+        dit: TransformerSize
+        max_state_dim: int
+        max_action_dim: int
+        action_horizon: int
+        embodiment_id: int
+        image_slots: tuple[str, ...]
+        lead_token_ids: tuple[int, ...]
+        image_token_id: int
+        slot_len: int
+
     vl_self_attention: TransformerSize = Field(
         default_factory=lambda: TransformerSize(depth=4, num_heads=32, head_dim=64)
     )
-    dit: TransformerSize = Field(
-        default_factory=lambda: TransformerSize(depth=32, num_heads=32, head_dim=48)
-    )
     hidden_size: int = Field(1024, ge=1, le=16384)
     """The DiT's output width and the action decoder's (``hidden_size``)."""
-    max_state_dim: int = Field(132, ge=1, le=1024)
-    max_action_dim: int = Field(132, ge=1, le=1024)
-    action_horizon: int = Field(40, ge=1, le=1024)
     max_seq_len: int = Field(1024, ge=1, le=65536)
     """Rows of the action tokens' position table."""
     max_num_embodiments: int = Field(MAX_EMBODIMENTS, ge=1, le=1024)
-    embodiment_id: int = Field(0, ge=0)
-    attend_text_every_n_blocks: int = Field(2, ge=1, le=64)
     flow_steps: int = Field(4, ge=1, le=100)
     """Euler steps (``num_inference_timesteps``)."""
     num_timestep_buckets: int = Field(1000, ge=1, le=1_000_000)
     timestep_channels: int = Field(256, ge=2, le=4096)
     """Width of the DiT's sinusoidal time features before its MLP."""
     max_token_len: int = Field(48, ge=1, le=4096)
-    image_slots: tuple[str, ...] = Field(IMAGE_SLOTS, min_length=1, max_length=16)
     image_crop_fraction: float = Field(0.95, gt=0.0, le=1.0)
     """The fraction of each side upstream's evaluation transform keeps in its centre crop
-    (``crop_fraction``, or ``image_crop_size / image_target_size``; 0.95 by default)."""
-    image_letterbox: bool = True
-    """Whether that transform first pads a non-square image to a square (always, at the
-    followed commit)."""
-    lead_token_ids: tuple[int, ...] = Field(LEAD_TOKEN_IDS, max_length=64)
-    image_token_id: int = Field(IMAGE_TOKEN_ID, ge=0)
-    vision_start_id: int = Field(VISION_START_ID, ge=0)
-    vision_end_id: int = Field(VISION_END_ID, ge=0)
+    (N1.7's ``crop_fraction``, or ``image_crop_size / image_target_size``; N1.5's
+    ``VideoCrop(scale=0.95)``; 0.95 by default)."""
 
-    @model_validator(mode="after")
-    def _check(self) -> GrootConfig:
+    def check_head(self, vl_width: int, vl_source: str, token_ids: tuple[int, ...]) -> None:
+        """The checks every version shares.
+
+        ``vl_width``: the width of what the DiT attends to (``vl_source`` names it in the
+        message); ``token_ids``: every fixed prompt id.
+
+        Raises:
+            ConfigError: prefixed with the config class's name.
+        """
+        name = type(self).__name__
         if self.embodiment_id >= self.max_num_embodiments:
             raise ConfigError(
-                f"GrootConfig: embodiment_id={self.embodiment_id} must be below "
+                f"{name}: embodiment_id={self.embodiment_id} must be below "
                 f"max_num_embodiments={self.max_num_embodiments}"
             )
-        if self.vl_self_attention.width != self.text.width:
+        if self.vl_self_attention.width != vl_width:
             raise ConfigError(
-                f"GrootConfig: vl_self_attention width {self.vl_self_attention.width} "
-                f"(num_heads * head_dim) must equal the language model width {self.text.width}"
+                f"{name}: vl_self_attention width {self.vl_self_attention.width} "
+                f"(num_heads * head_dim) must equal {vl_source} {vl_width}"
             )
         if self.action_horizon > self.max_seq_len:
             raise ConfigError(
-                f"GrootConfig: action_horizon={self.action_horizon} exceeds the position table "
+                f"{name}: action_horizon={self.action_horizon} exceeds the position table "
                 f"max_seq_len={self.max_seq_len}"
             )
-        if self.dit.depth % 2:
+        if self.timestep_channels % 2 or self.dit.width % 2:
             raise ConfigError(
-                f"GrootConfig: dit.depth={self.dit.depth} must be even (cross- and "
-                "self-attention blocks alternate)"
+                f"{name}: timestep_channels={self.timestep_channels} and the DiT width "
+                f"{self.dit.width} must be even"
             )
-        if self.timestep_channels % 2:
-            raise ConfigError(
-                f"GrootConfig: timestep_channels={self.timestep_channels} must be even"
-            )
-        if self.dit.width % 2:
-            raise ConfigError(f"GrootConfig: dit width {self.dit.width} must be even")
-        ids = (*self.lead_token_ids, self.image_token_id, self.vision_start_id, self.vision_end_id)
-        bad = [i for i in ids if not 0 <= i < self.text.vocab_size]
+        bad = [i for i in token_ids if not 0 <= i < self.text.vocab_size]
         if bad:
             raise ConfigError(
-                f"GrootConfig: token ids {bad} outside the vocabulary of {self.text.vocab_size}"
+                f"{name}: token ids {bad} outside the vocabulary of {self.text.vocab_size}"
             )
         if len(set(self.image_slots)) != len(self.image_slots):
-            raise ConfigError(f"GrootConfig: image_slots {self.image_slots} repeat a name")
-        return self
+            raise ConfigError(f"{name}: image_slots {self.image_slots} repeat a name")
 
     @property
     def input_embedding_dim(self) -> int:
@@ -264,11 +262,6 @@ class GrootConfig(FrozenConfig):
         return len(self.image_slots)
 
     @property
-    def slot_len(self) -> int:
-        """Tokens per slot: ``<|vision_start|>``, the image tokens, ``<|vision_end|>``."""
-        return self.vision.num_tokens + 2
-
-    @property
     def lead_len(self) -> int:
         """Tokens before the first slot."""
         return len(self.lead_token_ids)
@@ -277,6 +270,49 @@ class GrootConfig(FrozenConfig):
     def prefix_len(self) -> int:
         """Tokens the language model reads (and the DiT attends to)."""
         return self.lead_len + self.n_slots * self.slot_len + self.max_token_len
+
+
+class GrootConfig(FlowHeadConfig):
+    """GR00T N1.7 at any size.
+
+    ``embodiment_id`` is the weight slice (0 to ``max_num_embodiments - 1``) the
+    per-embodiment encoders use; a checkpoint's ``embodiment_id.json`` maps a tag to it.
+    """
+
+    vision: VisionSize = Field(default_factory=VisionSize.qwen3_vl_2b)
+    text: TextSize = Field(default_factory=TextSize.qwen3_vl_2b)
+    dit: TransformerSize = Field(
+        default_factory=lambda: TransformerSize(depth=32, num_heads=32, head_dim=48)
+    )
+    max_state_dim: int = Field(132, ge=1, le=1024)
+    max_action_dim: int = Field(132, ge=1, le=1024)
+    action_horizon: int = Field(40, ge=1, le=1024)
+    embodiment_id: int = Field(0, ge=0)
+    attend_text_every_n_blocks: int = Field(2, ge=1, le=64)
+    image_slots: tuple[str, ...] = Field(IMAGE_SLOTS, min_length=1, max_length=16)
+    image_letterbox: bool = True
+    """Whether the evaluation transform first pads a non-square image to a square (always,
+    at the followed commit)."""
+    lead_token_ids: tuple[int, ...] = Field(LEAD_TOKEN_IDS, max_length=64)
+    image_token_id: int = Field(IMAGE_TOKEN_ID, ge=0)
+    vision_start_id: int = Field(VISION_START_ID, ge=0)
+    vision_end_id: int = Field(VISION_END_ID, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> GrootConfig:
+        ids = (*self.lead_token_ids, self.image_token_id, self.vision_start_id, self.vision_end_id)
+        self.check_head(self.text.width, "the language model width", ids)
+        if self.dit.depth % 2:
+            raise ConfigError(
+                f"GrootConfig: dit.depth={self.dit.depth} must be even (cross- and "
+                "self-attention blocks alternate)"
+            )
+        return self
+
+    @property
+    def slot_len(self) -> int:  # type: ignore[override]
+        """Tokens per slot: ``<|vision_start|>``, the image tokens, ``<|vision_end|>``."""
+        return self.vision.num_tokens + 2
 
     @property
     def suffix_len(self) -> int:

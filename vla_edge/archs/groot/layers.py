@@ -50,7 +50,7 @@ from transformers.vision_utils import (
     get_vision_position_ids,
 )
 
-from vla_edge.archs.groot.config import GrootConfig, VisionSize
+from vla_edge.archs.groot.config import FlowHeadConfig, GrootConfig, VisionSize
 
 # -- backbone ----------------------------------------------------------------------------------
 
@@ -123,11 +123,20 @@ def vision_block(
     return x + block.mlp(block.norm2(x))
 
 
-def slot_layout(config: GrootConfig) -> dict[str, torch.Tensor]:
+def slot_layout(
+    config: FlowHeadConfig,
+    start_id: int,
+    end_id: int,
+    labels: tuple[tuple[int, ...], ...] = (),
+) -> dict[str, torch.Tensor]:
     """Constant tables of the prompt layout (host tensors, made once at build time).
 
-    * ``ids`` ``[L_fixed]``: the lead tokens and each slot's ``<|vision_start|>``, image
-      pads and ``<|vision_end|>`` (the host's tokens follow them);
+    Each slot is its label (``labels[slot]``, none when ``labels`` is empty), ``start_id``,
+    the image pads and ``end_id``: N1.7's ``<|vision_start|>`` / ``<|vision_end|>``
+    without labels, N1.5's ``<image k>`` labels then ``<img>`` / ``</img>``.
+
+    * ``ids`` ``[L_fixed]``: the lead tokens and every slot's tokens (the host's tokens
+      follow them);
     * ``image_rows`` ``[n_slots * T]``: the image tokens' places in the sequence;
     * ``slot_rows`` ``[n_slots + 1, L_fixed]``: row ``s`` marks slot ``s``'s tokens, the
       last row the lead tokens (so ``[present..., 1] @ slot_rows`` is the fixed part's
@@ -135,15 +144,16 @@ def slot_layout(config: GrootConfig) -> dict[str, torch.Tensor]:
     * ``is_image`` ``[L]``: 1 at the image tokens.
     """
     c = config
-    v = c.vision
+    n_image = c.vision.num_tokens
     ids: list[int] = list(c.lead_token_ids)
     rows: list[int] = []
     owner: list[int] = [c.n_slots] * c.lead_len
     for slot in range(c.n_slots):
-        ids.append(c.vision_start_id)
-        rows.extend(range(len(ids), len(ids) + v.num_tokens))
-        ids.extend([c.image_token_id] * v.num_tokens)
-        ids.append(c.vision_end_id)
+        ids.extend(labels[slot] if labels else ())
+        ids.append(start_id)
+        rows.extend(range(len(ids), len(ids) + n_image))
+        ids.extend([c.image_token_id] * n_image)
+        ids.append(end_id)
         owner.extend([slot] * c.slot_len)
     slot_rows = F.one_hot(torch.tensor(owner), c.n_slots + 1).T.to(torch.float32)
     is_image = torch.zeros(c.prefix_len)

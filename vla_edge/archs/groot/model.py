@@ -24,13 +24,15 @@ the eager reference that the stages (:mod:`vla_edge.archs.groot.stages`) must eq
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import torch
 from torch import nn
 from transformers.models.qwen3_vl import Qwen3VLConfig
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
 from vla_edge.archs.common import count_parameters
-from vla_edge.archs.groot.config import GrootConfig
+from vla_edge.archs.groot.config import FlowHeadConfig, GrootConfig
 from vla_edge.archs.groot.layers import (
     AlternateVLDiT,
     CategorySpecificMLP,
@@ -110,14 +112,18 @@ class Backbone(nn.Module):
         self.model = Qwen3VLHolder(config)
 
 
-class ActionHead(nn.Module):
-    """Upstream's ``Gr00tN1d7ActionHead`` modules (``action_head.*``)."""
+class FlowActionHead(nn.Module):
+    """The action head's modules every GR00T version has, under upstream's names.
 
-    def __init__(self, config: GrootConfig) -> None:
+    ``model`` is the version's DiT; ``vlln`` and the VL self-attention run at ``vl_width``,
+    the width of the tokens the DiT attends to.
+    """
+
+    def __init__(self, config: FlowHeadConfig, dit: nn.Module, vl_width: int) -> None:
         super().__init__()
         c = config
         width = c.input_embedding_dim
-        self.model = AlternateVLDiT(c)
+        self.model = dit
         self.state_encoder = CategorySpecificMLP(
             c.max_num_embodiments, c.max_state_dim, c.hidden_size, width
         )
@@ -127,10 +133,17 @@ class ActionHead(nn.Module):
         self.action_decoder = CategorySpecificMLP(
             c.max_num_embodiments, c.hidden_size, c.hidden_size, c.max_action_dim
         )
-        self.vlln = nn.LayerNorm(c.text.width)
+        self.vlln = nn.LayerNorm(vl_width)
         s = c.vl_self_attention
         self.vl_self_attention = SelfAttentionTransformer(s.depth, s.num_heads, s.head_dim)
         self.position_embedding = nn.Embedding(c.max_seq_len, width)
+
+
+class ActionHead(FlowActionHead):
+    """Upstream's ``Gr00tN1d7ActionHead`` modules (``action_head.*``)."""
+
+    def __init__(self, config: GrootConfig) -> None:
+        super().__init__(config, AlternateVLDiT(config), config.text.width)
 
 
 def _host_tables(config: GrootConfig, device: torch.device) -> dict[str, torch.Tensor]:
@@ -145,7 +158,7 @@ def _host_tables(config: GrootConfig, device: torch.device) -> dict[str, torch.T
 
     with unset_fake_temporarily(), torch.device("cpu"):
         indices, weights, positions = vision_tables(config.vision)
-        layout = slot_layout(config)
+        layout = slot_layout(config, config.vision_start_id, config.vision_end_id)
     tables = {
         "interp_indices": indices,
         "interp_weights": weights,
@@ -158,10 +171,16 @@ def _host_tables(config: GrootConfig, device: torch.device) -> dict[str, torch.T
     return {name: value.to(device) for name, value in tables.items()}
 
 
-def register_tables(module: nn.Module, tables: dict[str, torch.Tensor], names: tuple[str, ...]):
-    """``names`` of ``tables`` as non-persistent buffers of ``module`` (moved by ``.to``)."""
+def register_tables(
+    module: nn.Module, tables: Mapping[str, torch.Tensor] | nn.Module, names: tuple[str, ...]
+) -> None:
+    """``names`` of ``tables`` as non-persistent buffers of ``module`` (moved by ``.to``).
+
+    ``tables``: a mapping, or a module whose buffers of those names are shared.
+    """
     for name in names:
-        module.register_buffer(name, tables[name], persistent=False)
+        value = tables[name] if isinstance(tables, Mapping) else getattr(tables, name)
+        module.register_buffer(name, value, persistent=False)
 
 
 VISION_TABLES = ("interp_indices", "interp_weights", "rope_positions")
@@ -205,28 +224,64 @@ class VisionParts:
         return tokens, deepstack
 
 
-class PrefixParts:
-    """The language model, VL self-attention and state encoder (mixin).
+class PromptParts:
+    """The prompt's embedding and pad, and the state token (mixin of every version's fusion).
 
-    Needs ``config``, ``language_model``, ``vlln``, ``vl_self_attention``,
-    ``state_encoder`` and the prefix tables.
+    Needs ``config``, ``language_model``, ``state_encoder`` and the layout tables
+    ``layout_ids``, ``image_rows``, ``slot_rows`` (:func:`~.layers.slot_layout`).
     """
 
-    config: GrootConfig
+    config: FlowHeadConfig
     language_model: nn.Module
-    vlln: nn.Module
-    vl_self_attention: nn.Module
     state_encoder: nn.Module
     layout_ids: torch.Tensor
     image_rows: torch.Tensor
     slot_rows: torch.Tensor
-    is_image: torch.Tensor
 
     def sequence_pad(self, image_mask: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
         """``[1, L]`` float: 1 at the tokens that exist (present slots, real host tokens)."""
         present = torch.cat([(image_mask != 0).to(torch.float32), image_mask.new_ones(1)])
         fixed = torch.matmul(present[None].to(self.slot_rows.dtype), self.slot_rows)
         return torch.cat([fixed.to(torch.float32), token_mask.to(torch.float32)], dim=1)
+
+    def embed_prompt(
+        self,
+        image_tokens: torch.Tensor,
+        image_mask: torch.Tensor,
+        token_ids: torch.Tensor,
+        token_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompt's embeddings ``[1, L, W]`` and its pad ``[1, L]`` (:meth:`sequence_pad`).
+
+        The image pads are replaced by the image tokens.
+        """
+        ids = torch.cat([self.layout_ids[None], token_ids], dim=1)
+        x = self.language_model.embed_tokens(ids)
+        n_image = self.image_rows.shape[0]
+        x = x.index_copy(1, self.image_rows, image_tokens.reshape(1, n_image, -1).to(x.dtype))
+        return x, self.sequence_pad(image_mask, token_mask)
+
+    def state_token(self, state: torch.Tensor, embodiment: int | None = None) -> torch.Tensor:
+        """The state ``[1, S]`` through the per-embodiment encoder: ``[1, 1, E]``.
+
+        ``embodiment``: the weight slice, ``config.embodiment_id`` when ``None``.
+        """
+        e = self.config.embodiment_id if embodiment is None else embodiment
+        weight = self.state_encoder.layer1.W
+        return self.state_encoder(state[:, None, :].to(weight.dtype), e)
+
+
+class PrefixParts(PromptParts):
+    """N1.7's language model, VL self-attention and state encoder (mixin).
+
+    Needs what :class:`PromptParts` needs, ``vlln``, ``vl_self_attention`` and the
+    ``is_image`` table.
+    """
+
+    config: GrootConfig
+    vlln: nn.Module
+    vl_self_attention: nn.Module
+    is_image: torch.Tensor
 
     def language_features(
         self,
@@ -243,11 +298,8 @@ class PrefixParts:
         run with M-RoPE positions, deepstack after the first layers.
         """
         lm = self.language_model
-        ids = torch.cat([self.layout_ids[None], token_ids], dim=1)
-        x = lm.embed_tokens(ids)
+        x, pad = self.embed_prompt(image_tokens, image_mask, token_ids, token_mask)
         n_image = self.image_rows.shape[0]
-        x = x.index_copy(1, self.image_rows, image_tokens.reshape(1, n_image, -1).to(x.dtype))
-        pad = self.sequence_pad(image_mask, token_mask)
         positions = mrope_positions(self.config, image_mask, token_mask)
         cos_sin = lm.rotary_emb(x, positions)
         mask = causal_pad_mask(pad, x.dtype)
@@ -265,35 +317,54 @@ class PrefixParts:
         token_ids: torch.Tensor,
         token_mask: torch.Tensor,
         state: torch.Tensor,
+        embodiment: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(vl_tokens [1, L, W], text_mask [1, L], image_mask [1, L], state_tokens [1, 1, E])``.
 
         ``vl_tokens``: the language model's output through ``vlln`` and the VL
         self-attention (pad tokens masked as keys); the masks are float 0/1: the real
         non-image tokens and the real image tokens (the DiT's two cross-attention targets).
+        ``embodiment``: as :meth:`~PromptParts.state_token`.
         """
         x, pad = self.language_features(image_tokens, deepstack, image_mask, token_ids, token_mask)
         x = self.vl_self_attention(self.vlln(x), key_mask(pad, x.dtype))
         image_seq = pad * self.is_image[None].to(pad.dtype)
         text_seq = pad - image_seq
-        weight = self.state_encoder.layer1.W
-        state_tokens = self.state_encoder(state[:, None, :].to(weight.dtype), self.embodiment)
-        return x, text_seq, image_seq, state_tokens
-
-    @property
-    def embodiment(self) -> int:
-        """The weight slice of the per-embodiment encoders."""
-        return self.config.embodiment_id
+        return x, text_seq, image_seq, self.state_token(state, embodiment)
 
 
-class ActionParts:
-    """The velocity of the flow (mixin; needs ``config``, ``dit``, the encoders, decoder)."""
+class ActionTokens:
+    """The DiT's action tokens in and the velocity out, every version alike (mixin).
 
-    config: GrootConfig
-    dit: AlternateVLDiT
+    Needs ``action_encoder``, ``action_decoder`` and ``position_embedding``.
+    """
+
     action_encoder: MultiEmbodimentActionEncoder
     action_decoder: CategorySpecificMLP
     position_embedding: nn.Embedding
+
+    def action_tokens(
+        self, x_t: torch.Tensor, action_time: torch.Tensor, embodiment: int
+    ) -> torch.Tensor:
+        """Actions ``x_t`` ``[1, H, A]`` → their tokens ``[1, H, E]``, with positions."""
+        dtype = self.position_embedding.weight.dtype
+        a = self.action_encoder(x_t.to(dtype), action_time, embodiment)
+        return a + self.position_embedding.weight[: x_t.shape[1]][None]
+
+    def decode_velocity(self, out: torch.Tensor, horizon: int, embodiment: int) -> torch.Tensor:
+        """The DiT's output ``[1, S, hidden_size]`` → the velocity ``[1, H, A]`` (float32).
+
+        Read at the last ``horizon`` tokens.
+        """
+        pred = self.action_decoder(out, embodiment)
+        return pred[:, -horizon:].to(torch.float32)
+
+
+class ActionParts(ActionTokens):
+    """N1.7's velocity of the flow (mixin; needs ``config``, ``dit``, the encoders, decoder)."""
+
+    config: GrootConfig
+    dit: AlternateVLDiT
 
     def velocity(
         self,
@@ -313,9 +384,7 @@ class ActionParts:
             action_time: ``[1, E]`` :func:`~.layers.sinusoid` of the bucket.
         """
         dtype = self.position_embedding.weight.dtype
-        horizon = x_t.shape[1]
-        a = self.action_encoder(x_t.to(dtype), action_time, embodiment)
-        a = a + self.position_embedding.weight[:horizon][None]
+        a = self.action_tokens(x_t, action_time, embodiment)
         tokens = torch.cat([state_tokens.to(dtype), a], dim=1)
         temb = self.dit.timestep_encoder(dit_time)
         out = self.dit(
@@ -325,64 +394,57 @@ class ActionParts:
             key_mask(text_mask, dtype),
             key_mask(image_mask, dtype),
         )
-        pred = self.action_decoder(out, embodiment)
-        return pred[:, -horizon:].to(torch.float32)
+        return self.decode_velocity(out, x_t.shape[1], embodiment)
 
 
-class GrootModel(nn.Module, VisionParts, PrefixParts, ActionParts):
-    """GR00T N1.7: upstream's module tree, our fixed-shape forward (see the module docstring)."""
+class FlowModel(nn.Module):
+    """What every GR00T version's whole model shares.
 
-    def __init__(self, config: GrootConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.backbone = Backbone(config)
-        self.action_head = ActionHead(config)
-        device = self.action_head.vlln.weight.device
-        tables = _host_tables(config, device)
-        register_tables(self, tables, VISION_TABLES + PREFIX_TABLES)
+    Its action head's modules by name, and the eager reference :meth:`sample_actions` that
+    the stages must equal. Each version sets ``config`` and ``action_head`` (a
+    :class:`FlowActionHead`) and mixes in ``embed_images`` (the vision encoder's outputs:
+    one tensor or a tuple), ``fuse`` (the fusion's outputs) and ``velocity`` (which takes
+    the fusion's outputs first).
+    """
 
-    @property
-    def visual(self) -> nn.Module:  # type: ignore[override]
-        """The stock Qwen3-VL vision tower."""
-        return self.backbone.model.model.visual
+    config: FlowHeadConfig
+    action_head: FlowActionHead
+    embed_images: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]]
+    fuse: Callable[..., tuple[torch.Tensor, ...]]
+    velocity: Callable[..., torch.Tensor]
 
     @property
-    def language_model(self) -> nn.Module:  # type: ignore[override]
-        """The stock Qwen3-VL language model (cut to ``select_layer`` layers)."""
-        return self.backbone.model.model.language_model
-
-    @property
-    def dit(self) -> AlternateVLDiT:  # type: ignore[override]
-        """The ``AlternateVLDiT``."""
+    def dit(self) -> nn.Module:
+        """The DiT."""
         return self.action_head.model
 
     @property
-    def vlln(self) -> nn.LayerNorm:  # type: ignore[override]
+    def vlln(self) -> nn.LayerNorm:
         """The layer norm before the VL self-attention."""
         return self.action_head.vlln
 
     @property
-    def vl_self_attention(self) -> SelfAttentionTransformer:  # type: ignore[override]
+    def vl_self_attention(self) -> SelfAttentionTransformer:
         """The VL self-attention."""
         return self.action_head.vl_self_attention
 
     @property
-    def state_encoder(self) -> CategorySpecificMLP:  # type: ignore[override]
+    def state_encoder(self) -> CategorySpecificMLP:
         """The per-embodiment state encoder."""
         return self.action_head.state_encoder
 
     @property
-    def action_encoder(self) -> MultiEmbodimentActionEncoder:  # type: ignore[override]
+    def action_encoder(self) -> MultiEmbodimentActionEncoder:
         """The per-embodiment action encoder."""
         return self.action_head.action_encoder
 
     @property
-    def action_decoder(self) -> CategorySpecificMLP:  # type: ignore[override]
+    def action_decoder(self) -> CategorySpecificMLP:
         """The per-embodiment action decoder."""
         return self.action_head.action_decoder
 
     @property
-    def position_embedding(self) -> nn.Embedding:  # type: ignore[override]
+    def position_embedding(self) -> nn.Embedding:
         """The action tokens' position table."""
         return self.action_head.position_embedding
 
@@ -404,35 +466,48 @@ class GrootModel(nn.Module, VisionParts, PrefixParts, ActionParts):
         """
         c = self.config
         e = c.embodiment_id if embodiment is None else embodiment
-        tokens, deepstack = self.embed_images(images)
-        x, pad = self.language_features(tokens, deepstack, image_mask, token_ids, token_mask)
-        vl = self.vl_self_attention(self.vlln(x), key_mask(pad, x.dtype))
-        image_seq = pad * self.is_image[None].to(pad.dtype)
-        text_seq = pad - image_seq
-        weight = self.state_encoder.layer1.W
-        state_tokens = self.state_encoder(state[:, None, :].to(weight.dtype), e)
+        vision = self.embed_images(images)
+        vision = (vision,) if isinstance(vision, torch.Tensor) else vision
+        context = self.fuse(*vision, image_mask, token_ids, token_mask, state, e)
         x_t = noise.to(torch.float32)
         dt = 1.0 / c.flow_steps
         for bucket in time_buckets(c.flow_steps, c.num_timestep_buckets):
             b = torch.full((1,), float(bucket), device=noise.device)
-            v = self.velocity(
-                vl,
-                text_seq,
-                image_seq,
-                state_tokens,
-                x_t,
-                timestep_features(b, c.timestep_channels),
-                sinusoid(b, c.input_embedding_dim),
-                e,
-            )
-            x_t = x_t + dt * v
+            times = (timestep_features(b, c.timestep_channels), sinusoid(b, c.input_embedding_dim))
+            x_t = x_t + dt * self.velocity(*context, x_t, *times, e)
         return x_t
+
+
+class GrootModel(FlowModel, VisionParts, PrefixParts, ActionParts):
+    """GR00T N1.7: upstream's module tree, our fixed-shape forward (see the module docstring)."""
+
+    def __init__(self, config: GrootConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.backbone = Backbone(config)
+        self.action_head = ActionHead(config)
+        device = self.action_head.vlln.weight.device
+        tables = _host_tables(config, device)
+        register_tables(self, tables, VISION_TABLES + PREFIX_TABLES)
+
+    @property
+    def visual(self) -> nn.Module:  # type: ignore[override]
+        """The stock Qwen3-VL vision tower."""
+        return self.backbone.model.model.visual
+
+    @property
+    def language_model(self) -> nn.Module:  # type: ignore[override]
+        """The stock Qwen3-VL language model (cut to ``select_layer`` layers)."""
+        return self.backbone.model.model.language_model
 
 
 __all__ = [
     "ActionHead",
     "Backbone",
+    "FlowActionHead",
+    "FlowModel",
     "GrootModel",
+    "PromptParts",
     "count_parameters",
     "qwen3_vl_config",
 ]

@@ -43,7 +43,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from vla_edge.archs.config_base import FrozenConfig, check_heads, check_patches
-from vla_edge.archs.groot.config import MAX_EMBODIMENTS, TransformerSize
+from vla_edge.archs.groot.config import FlowHeadConfig, TransformerSize
 from vla_edge.core.errors import ConfigError
 
 QWEN3_VOCAB_SIZE = 151680
@@ -146,7 +146,7 @@ class Qwen3Size(FrozenConfig):
         )
 
 
-class GrootN15Config(FrozenConfig):
+class GrootN15Config(FlowHeadConfig):
     """GR00T N1.5 at any size.
 
     ``project_to_dim``: the backbone's output projection (``eagle_linear``) width, or
@@ -160,30 +160,18 @@ class GrootN15Config(FrozenConfig):
     """Linears of ``mlp1`` (``mlp_connector_layers``): 1 is ``Linear``; 2 is ``LayerNorm,
     Linear, GELU, Linear``."""
     project_to_dim: int | None = Field(None, ge=1, le=16384)
-    vl_self_attention: TransformerSize = Field(
-        default_factory=lambda: TransformerSize(depth=4, num_heads=32, head_dim=64)
-    )
     dit: TransformerSize = Field(
         default_factory=lambda: TransformerSize(depth=16, num_heads=32, head_dim=48)
     )
     interleave_self_attention: bool = True
     """Odd DiT blocks attend to the DiT's own tokens, even ones to the backbone's."""
-    hidden_size: int = Field(1024, ge=1, le=16384)
-    """The DiT's output width and the action decoder's."""
     max_state_dim: int = Field(64, ge=1, le=1024)
     max_action_dim: int = Field(32, ge=1, le=1024)
     action_horizon: int = Field(16, ge=1, le=1024)
-    max_seq_len: int = Field(1024, ge=1, le=65536)
-    """Rows of the action tokens' position table."""
     num_future_tokens: int = Field(32, ge=0, le=1024)
     """Learned tokens between the state token and the action tokens
     (``num_target_vision_tokens``)."""
-    max_num_embodiments: int = Field(MAX_EMBODIMENTS, ge=1, le=1024)
     embodiment_id: int = Field(31, ge=0)
-    flow_steps: int = Field(4, ge=1, le=100)
-    num_timestep_buckets: int = Field(1000, ge=1, le=1_000_000)
-    timestep_channels: int = Field(256, ge=2, le=4096)
-    max_token_len: int = Field(48, ge=1, le=4096)
     image_slots: tuple[str, ...] = Field(IMAGE_SLOTS, min_length=1, max_length=16)
     lead_token_ids: tuple[int, ...] = Field(QWEN3_LEAD_IDS, max_length=64)
     slot_label_ids: tuple[tuple[int, ...], ...] = Field((), max_length=16)
@@ -191,31 +179,13 @@ class GrootN15Config(FrozenConfig):
     image_token_id: int = Field(151669, ge=0)
     image_start_id: int = Field(151670, ge=0)
     image_end_id: int = Field(151671, ge=0)
-    image_crop_fraction: float = Field(0.95, gt=0.0, le=1.0)
-    """The side fraction N1.5's evaluation transform keeps (``VideoCrop(scale=0.95)``)."""
 
     @model_validator(mode="after")
     def _check(self) -> GrootN15Config:
-        if self.embodiment_id >= self.max_num_embodiments:
-            raise ConfigError(
-                f"GrootN15Config: embodiment_id={self.embodiment_id} must be below "
-                f"max_num_embodiments={self.max_num_embodiments}"
-            )
-        if self.vl_self_attention.width != self.backbone_width:
-            raise ConfigError(
-                f"GrootN15Config: vl_self_attention width {self.vl_self_attention.width} "
-                f"(num_heads * head_dim) must equal the backbone's width {self.backbone_width}"
-            )
-        if self.action_horizon > self.max_seq_len:
-            raise ConfigError(
-                f"GrootN15Config: action_horizon={self.action_horizon} exceeds the position "
-                f"table max_seq_len={self.max_seq_len}"
-            )
-        if self.timestep_channels % 2 or self.dit.width % 2:
-            raise ConfigError(
-                f"GrootN15Config: timestep_channels={self.timestep_channels} and the DiT width "
-                f"{self.dit.width} must be even"
-            )
+        labels = [i for label in self.slot_label_ids for i in label]
+        ids = (*self.lead_token_ids, *labels, self.image_token_id)
+        ids += (self.image_start_id, self.image_end_id)
+        self.check_head(self.backbone_width, "the backbone's width", ids)
         if self.slot_label_ids and len(self.slot_label_ids) != len(self.image_slots):
             raise ConfigError(
                 f"GrootN15Config: slot_label_ids has {len(self.slot_label_ids)} entries, "
@@ -226,21 +196,6 @@ class GrootN15Config(FrozenConfig):
                 f"GrootN15Config: slot_label_ids {self.slot_label_ids} differ in length; the "
                 "slots of the fixed layout need labels of one length"
             )
-        labels = [i for label in self.slot_label_ids for i in label]
-        ids = (
-            *self.lead_token_ids,
-            *labels,
-            self.image_token_id,
-            self.image_start_id,
-            self.image_end_id,
-        )
-        bad = [i for i in ids if not 0 <= i < self.text.vocab_size]
-        if bad:
-            raise ConfigError(
-                f"GrootN15Config: token ids {bad} outside the vocabulary of {self.text.vocab_size}"
-            )
-        if len(set(self.image_slots)) != len(self.image_slots):
-            raise ConfigError(f"GrootN15Config: image_slots {self.image_slots} repeat a name")
         return self
 
     @property
@@ -249,34 +204,14 @@ class GrootN15Config(FrozenConfig):
         return self.project_to_dim or self.text.width
 
     @property
-    def input_embedding_dim(self) -> int:
-        """Width of the DiT's tokens: ``dit.num_heads * dit.head_dim``."""
-        return self.dit.width
-
-    @property
-    def n_slots(self) -> int:
-        """Number of image slots."""
-        return len(self.image_slots)
-
-    @property
     def label_len(self) -> int:
         """Tokens of each slot's label (``slot_label_ids``)."""
         return len(self.slot_label_ids[0]) if self.slot_label_ids else 0
 
     @property
-    def slot_len(self) -> int:
+    def slot_len(self) -> int:  # type: ignore[override]
         """Tokens per slot: the label, the start token, the image tokens, the end token."""
         return self.label_len + self.vision.num_tokens + 2
-
-    @property
-    def lead_len(self) -> int:
-        """Tokens before the first slot."""
-        return len(self.lead_token_ids)
-
-    @property
-    def prefix_len(self) -> int:
-        """Tokens the language model reads (and the DiT attends to)."""
-        return self.lead_len + self.n_slots * self.slot_len + self.max_token_len
 
     @property
     def suffix_len(self) -> int:

@@ -29,8 +29,12 @@ Where N1.5 differs from N1.7 (:mod:`vla_edge.archs.groot.model`), each written o
   cross-attends to *all* the backbone's tokens (N1.7 alternates text and image tokens).
 * ``future_tokens``: learned tokens between the state token and the action tokens.
 
-Reused unchanged from N1.7 (:mod:`.layers`): the per-embodiment encoders, the time
-features, the transformer block, the VL self-attention, the Euler schedule.
+Shared with N1.7, written once: the per-embodiment encoders, the time features, the
+transformer block, the VL self-attention, the Euler schedule and the prompt's slot tables
+(:mod:`.layers`); the action head's common modules (:class:`~.model.FlowActionHead`), the
+prompt's embedding and the state token (:class:`~.model.PromptParts`), the action tokens in
+and the velocity out (:class:`~.model.ActionTokens`), and the eager reference
+:meth:`~.model.FlowModel.sample_actions`.
 
 Fixed shapes at batch 1: absent image slots and pad tokens are masked out as keys
 everywhere and take no position, which is upstream's computation on the sequence without
@@ -40,7 +44,6 @@ them (upstream has no pads at batch 1).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from transformers import Qwen3Config, SiglipVisionConfig
 from transformers.models.qwen3.modeling_qwen3 import Qwen3Model
@@ -48,16 +51,18 @@ from transformers.models.siglip.modeling_siglip import SiglipVisionModel
 
 from vla_edge.archs.groot.layers import (
     BasicTransformerBlock,
-    CategorySpecificMLP,
-    MultiEmbodimentActionEncoder,
-    SelfAttentionTransformer,
     TimestepEncoder,
     causal_pad_mask,
     key_mask,
     modulate_out,
-    sinusoid,
-    time_buckets,
-    timestep_features,
+    slot_layout,
+)
+from vla_edge.archs.groot.model import (
+    ActionTokens,
+    FlowActionHead,
+    FlowModel,
+    PromptParts,
+    register_tables,
 )
 from vla_edge.archs.groot.n15_config import GrootN15Config, SiglipSize
 
@@ -210,53 +215,18 @@ class EagleBackbone(nn.Module):
         return x if linear is None else linear(x)
 
 
-class ActionHeadN15(nn.Module):
+class ActionHeadN15(FlowActionHead):
     """Upstream's N1.5 ``FlowmatchingActionHead`` modules (``action_head.*``)."""
 
     def __init__(self, config: GrootN15Config) -> None:
-        super().__init__()
-        c = config
-        width = c.input_embedding_dim
-        self.model = CrossAttentionDiT(c)
-        self.state_encoder = CategorySpecificMLP(
-            c.max_num_embodiments, c.max_state_dim, c.hidden_size, width
-        )
-        self.action_encoder = MultiEmbodimentActionEncoder(
-            c.max_action_dim, width, c.max_num_embodiments
-        )
-        self.action_decoder = CategorySpecificMLP(
-            c.max_num_embodiments, c.hidden_size, c.hidden_size, c.max_action_dim
-        )
-        self.future_tokens = nn.Embedding(c.num_future_tokens, width)
-        self.vlln = nn.LayerNorm(c.backbone_width)
-        s = c.vl_self_attention
-        self.vl_self_attention = SelfAttentionTransformer(s.depth, s.num_heads, s.head_dim)
-        self.position_embedding = nn.Embedding(c.max_seq_len, width)
+        super().__init__(config, CrossAttentionDiT(config), config.backbone_width)
+        self.future_tokens = nn.Embedding(config.num_future_tokens, config.input_embedding_dim)
 
 
 def prompt_tables(config: GrootN15Config) -> dict[str, torch.Tensor]:
-    """Constant tables of the prompt layout (host tensors).
-
-    ``layout_ids`` ``[L_fixed]`` (lead tokens, each slot's label, start, image pads, end),
-    ``image_rows`` ``[n_slots * T]`` (the image tokens' places), ``slot_rows``
-    ``[n_slots + 1, L_fixed]`` (row ``s`` marks slot ``s``'s tokens, the last the lead).
-    """
+    """The prompt layout's constant tables (:func:`~.layers.slot_layout`, N1.5's tokens)."""
     c = config
-    ids: list[int] = list(c.lead_token_ids)
-    rows: list[int] = []
-    owner: list[int] = [c.n_slots] * c.lead_len
-    for slot in range(c.n_slots):
-        ids.extend(c.slot_label_ids[slot] if c.slot_label_ids else ())
-        ids.append(c.image_start_id)
-        rows.extend(range(len(ids), len(ids) + c.vision.num_tokens))
-        ids.extend([c.image_token_id] * c.vision.num_tokens)
-        ids.append(c.image_end_id)
-        owner.extend([slot] * c.slot_len)
-    return {
-        "layout_ids": torch.tensor(ids, dtype=torch.long),
-        "image_rows": torch.tensor(rows, dtype=torch.long),
-        "slot_rows": F.one_hot(torch.tensor(owner), c.n_slots + 1).T.to(torch.float32),
-    }
+    return slot_layout(c, c.image_start_id, c.image_end_id, c.slot_label_ids)
 
 
 PROMPT_TABLES = ("layout_ids", "image_rows", "slot_rows")
@@ -276,24 +246,17 @@ class VisionPartsN15:
         return self.mlp1(pixel_shuffle(patches, self.config.vision))
 
 
-class PrefixPartsN15:
-    """The language model, projection, ``vlln``, VL self-attention and state encoder (mixin)."""
+class PrefixPartsN15(PromptParts):
+    """The language model, projection, ``vlln`` and VL self-attention (mixin).
+
+    Needs what :class:`~.model.PromptParts` needs, ``backbone``, ``vlln`` and
+    ``vl_self_attention``.
+    """
 
     config: GrootN15Config
-    language_model: nn.Module
     backbone: EagleBackbone
     vlln: nn.Module
     vl_self_attention: nn.Module
-    state_encoder: nn.Module
-    layout_ids: torch.Tensor
-    image_rows: torch.Tensor
-    slot_rows: torch.Tensor
-
-    def sequence_pad(self, image_mask: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
-        """``[1, L]`` float: 1 at the tokens that exist (present slots, real host tokens)."""
-        present = torch.cat([(image_mask != 0).to(torch.float32), image_mask.new_ones(1)])
-        fixed = torch.matmul(present[None].to(self.slot_rows.dtype), self.slot_rows)
-        return torch.cat([fixed.to(torch.float32), token_mask.to(torch.float32)], dim=1)
 
     def backbone_features(
         self,
@@ -307,11 +270,7 @@ class PrefixPartsN15:
         The cut language model after its final norm, through ``eagle_linear``.
         """
         lm = self.language_model
-        ids = torch.cat([self.layout_ids[None], token_ids], dim=1)
-        x = lm.embed_tokens(ids)
-        n_image = self.image_rows.shape[0]
-        x = x.index_copy(1, self.image_rows, image_tokens.reshape(1, n_image, -1).to(x.dtype))
-        pad = self.sequence_pad(image_mask, token_mask)
+        x, pad = self.embed_prompt(image_tokens, image_mask, token_ids, token_mask)
         cos_sin = lm.rotary_emb(x, text_positions(pad))
         mask = causal_pad_mask(pad, x.dtype)
         for layer in lm.layers:
@@ -325,27 +284,23 @@ class PrefixPartsN15:
         token_ids: torch.Tensor,
         token_mask: torch.Tensor,
         state: torch.Tensor,
-        embodiment: int,
+        embodiment: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(vl_tokens [1, L, W], vl_mask [1, L], state_tokens [1, 1, E])``.
 
         ``vl_tokens``: the backbone's features through ``vlln`` and the VL self-attention
-        (pad keys masked); ``vl_mask``: float 0/1, the tokens that exist.
+        (pad keys masked); ``vl_mask``: float 0/1, the tokens that exist; ``embodiment``:
+        as :meth:`~.model.PromptParts.state_token`.
         """
         x, pad = self.backbone_features(image_tokens, image_mask, token_ids, token_mask)
         x = self.vl_self_attention(self.vlln(x), key_mask(pad, x.dtype))
-        weight = self.state_encoder.layer1.W
-        state_tokens = self.state_encoder(state[:, None, :].to(weight.dtype), embodiment)
-        return x, pad, state_tokens
+        return x, pad, self.state_token(state, embodiment)
 
 
-class ActionPartsN15:
-    """The flow's velocity (mixin; needs ``dit``, the encoders, decoder and token tables)."""
+class ActionPartsN15(ActionTokens):
+    """N1.5's velocity of the flow (mixin; needs ``dit``, the encoders, decoder, tables)."""
 
     dit: CrossAttentionDiT
-    action_encoder: MultiEmbodimentActionEncoder
-    action_decoder: CategorySpecificMLP
-    position_embedding: nn.Embedding
     future_tokens: nn.Embedding
 
     def velocity(
@@ -363,18 +318,15 @@ class ActionPartsN15:
         The DiT reads ``[state token, future tokens, action tokens + positions]``.
         """
         dtype = self.position_embedding.weight.dtype
-        horizon = x_t.shape[1]
-        a = self.action_encoder(x_t.to(dtype), action_time, embodiment)
-        a = a + self.position_embedding.weight[:horizon][None]
+        a = self.action_tokens(x_t, action_time, embodiment)
         future = self.future_tokens.weight[None].expand(a.shape[0], -1, -1)
         tokens = torch.cat([state_tokens.to(dtype), future, a], dim=1)
         temb = self.dit.timestep_encoder(dit_time)
         out = self.dit(tokens, vl_tokens.to(dtype), temb, key_mask(vl_mask, dtype))
-        pred = self.action_decoder(out, embodiment)
-        return pred[:, -horizon:].to(torch.float32)
+        return self.decode_velocity(out, x_t.shape[1], embodiment)
 
 
-class GrootN15Model(nn.Module, VisionPartsN15, PrefixPartsN15, ActionPartsN15):
+class GrootN15Model(FlowModel, VisionPartsN15, PrefixPartsN15, ActionPartsN15):
     """GR00T N1.5: upstream's module tree, our fixed-shape forward (module docstring)."""
 
     def __init__(self, config: GrootN15Config) -> None:
@@ -385,8 +337,8 @@ class GrootN15Model(nn.Module, VisionPartsN15, PrefixPartsN15, ActionPartsN15):
         device = self.action_head.vlln.weight.device
         with torch.device("cpu"):
             tables = prompt_tables(config)
-        for name in PROMPT_TABLES:
-            self.register_buffer(name, tables[name].to(device), persistent=False)
+        tables["layout_ids"] = tables.pop("ids")
+        register_tables(self, {k: v.to(device) for k, v in tables.items()}, PROMPT_TABLES)
 
     @property
     def siglip(self) -> nn.Module:  # type: ignore[override]
@@ -404,76 +356,9 @@ class GrootN15Model(nn.Module, VisionPartsN15, PrefixPartsN15, ActionPartsN15):
         return self.backbone.eagle_model.language_model.model
 
     @property
-    def dit(self) -> CrossAttentionDiT:  # type: ignore[override]
-        """The DiT."""
-        return self.action_head.model
-
-    @property
-    def vlln(self) -> nn.LayerNorm:  # type: ignore[override]
-        """The layer norm before the VL self-attention."""
-        return self.action_head.vlln
-
-    @property
-    def vl_self_attention(self) -> SelfAttentionTransformer:  # type: ignore[override]
-        """The VL self-attention."""
-        return self.action_head.vl_self_attention
-
-    @property
-    def state_encoder(self) -> CategorySpecificMLP:  # type: ignore[override]
-        """The per-embodiment state encoder."""
-        return self.action_head.state_encoder
-
-    @property
-    def action_encoder(self) -> MultiEmbodimentActionEncoder:  # type: ignore[override]
-        """The per-embodiment action encoder."""
-        return self.action_head.action_encoder
-
-    @property
-    def action_decoder(self) -> CategorySpecificMLP:  # type: ignore[override]
-        """The per-embodiment action decoder."""
-        return self.action_head.action_decoder
-
-    @property
-    def position_embedding(self) -> nn.Embedding:  # type: ignore[override]
-        """The action tokens' position table."""
-        return self.action_head.position_embedding
-
-    @property
     def future_tokens(self) -> nn.Embedding:  # type: ignore[override]
         """The learned tokens between the state and the actions."""
         return self.action_head.future_tokens
-
-    @torch.no_grad()
-    def sample_actions(
-        self,
-        images: torch.Tensor,
-        image_mask: torch.Tensor,
-        token_ids: torch.Tensor,
-        token_mask: torch.Tensor,
-        state: torch.Tensor,
-        noise: torch.Tensor,
-        embodiment: int | None = None,
-    ) -> torch.Tensor:
-        """The eager reference: backbone, then K Euler steps from the noise (``t = 0``) to 1."""
-        c = self.config
-        e = c.embodiment_id if embodiment is None else embodiment
-        tokens = self.embed_images(images)
-        vl, pad, state_tokens = self.fuse(tokens, image_mask, token_ids, token_mask, state, e)
-        x_t = noise.to(torch.float32)
-        dt = 1.0 / c.flow_steps
-        for bucket in time_buckets(c.flow_steps, c.num_timestep_buckets):
-            b = torch.full((1,), float(bucket), device=noise.device)
-            v = self.velocity(
-                vl,
-                pad,
-                state_tokens,
-                x_t,
-                timestep_features(b, c.timestep_channels),
-                sinusoid(b, c.input_embedding_dim),
-                e,
-            )
-            x_t = x_t + dt * v
-        return x_t
 
 
 __all__ = [

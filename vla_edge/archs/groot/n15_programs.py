@@ -43,29 +43,6 @@ from vla_edge.archs.stage_io import STAGE_NAMES
 ARCHITECTURE = "groot_n15"
 
 
-def example_inputs(stages: GrootN15Stages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
-    """Each stage's example inputs, chained: each reads its predecessor's real outputs.
-
-    The executed-prefix mask covers the head's first two rows, so tracing sees it.
-    """
-    ex = stages.example_inputs(seed)
-    with torch.no_grad():
-        tokens = stages.vision_encoder(*ex["vision_encoder"])
-        fused = stages.fusion(tokens, *ex["fusion"][1:])
-    noise, prefix_actions, prefix_mask, x_t, step = ex["action_head"][3:]
-    prefix_mask = torch.zeros_like(prefix_mask)
-    prefix_mask[0, : min(2, prefix_mask.shape[1] - 1)] = 1.0
-    chained = {
-        "vision_encoder": ex["vision_encoder"],
-        "fusion": (tokens, *ex["fusion"][1:]),
-        "action_head": (*fused, noise, prefix_actions, prefix_mask, x_t, step),
-    }
-    return {
-        name: tuple(t.detach().contiguous().clone() for t in tensors)
-        for name, tensors in chained.items()
-    }
-
-
 def xnnpack_stages(model: GrootN15Model) -> dict[str, nn.Module]:
     """Each stage as ExecuTorch takes it (module docstring), in run order."""
     c = model.config
@@ -85,7 +62,7 @@ def stage_modules(
     modules = {name: module.eval() for name, module in stages.modules().items()}
     if backend == "executorch":
         modules = xnnpack_stages(model)
-    return stages, modules, example_inputs(stages, seed)
+    return stages, modules, stages.chained_inputs(seed)
 
 
 POLICY = PolicyExpectations(

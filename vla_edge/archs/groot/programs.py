@@ -30,30 +30,6 @@ from vla_edge.archs.policy_loading import (
 )
 
 
-def example_inputs(stages: GrootStages, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
-    """Each stage's example inputs, chained: each reads its predecessor's real outputs.
-
-    The executed-prefix mask covers the head's first two rows, so tracing sees it.
-    Contiguous (ExecuTorch fixes each input's dim order from its example).
-    """
-    ex = stages.example_inputs(seed)
-    with torch.no_grad():
-        tokens, deepstack = stages.vision_encoder(*ex["vision_encoder"])
-        fused = stages.fusion(tokens, deepstack, *ex["fusion"][2:])
-    noise, prefix_actions, prefix_mask, x_t, step = ex["action_head"][4:]
-    prefix_mask = torch.zeros_like(prefix_mask)
-    prefix_mask[0, : min(2, prefix_mask.shape[1] - 1)] = 1.0
-    chained = {
-        "vision_encoder": ex["vision_encoder"],
-        "fusion": (tokens, deepstack, *ex["fusion"][2:]),
-        "action_head": (*fused, noise, prefix_actions, prefix_mask, x_t, step),
-    }
-    return {
-        name: tuple(t.detach().contiguous().clone() for t in tensors)
-        for name, tensors in chained.items()
-    }
-
-
 def stage_modules(
     model: GrootModel, backend: str = "onnx", seed: int = 0
 ) -> tuple[GrootStages, dict[str, nn.Module], dict[str, tuple[torch.Tensor, ...]]]:
@@ -66,7 +42,7 @@ def stage_modules(
     modules = {name: module.eval() for name, module in stages.modules().items()}
     if backend == "executorch":
         modules = xnnpack_stages(model)
-    return stages, modules, example_inputs(stages, seed)
+    return stages, modules, stages.chained_inputs(seed)
 
 
 POLICY = PolicyExpectations(

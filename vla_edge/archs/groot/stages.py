@@ -35,11 +35,13 @@ takes and returns its declared float32 tensors whatever the weights' dtype.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from vla_edge.archs.groot.config import FlowHeadConfig
 from vla_edge.archs.groot.layers import (
     euler_times,
     on_groot_flow_path,
@@ -51,9 +53,11 @@ from vla_edge.archs.groot.model import (
     PREFIX_TABLES,
     VISION_TABLES,
     ActionParts,
+    FlowModel,
     GrootModel,
     PrefixParts,
     VisionParts,
+    register_tables,
 )
 from vla_edge.archs.host import TensorSpec
 from vla_edge.archs.stage_io import (
@@ -74,11 +78,6 @@ from vla_edge.archs.stage_io import (
 )
 
 
-def _share_tables(stage: nn.Module, model: GrootModel, names: tuple[str, ...]) -> None:
-    for name in names:
-        stage.register_buffer(name, getattr(model, name), persistent=False)
-
-
 class VisionEncoderStage(nn.Module, VisionParts):
     """images ``[n_slots, 3, S, S]`` → ``(image_tokens, deepstack_tokens)``, float32."""
 
@@ -86,7 +85,7 @@ class VisionEncoderStage(nn.Module, VisionParts):
         super().__init__()
         self.config = model.config
         self.visual = model.visual
-        _share_tables(self, model, VISION_TABLES)
+        register_tables(self, model, VISION_TABLES)
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The vision tower per slot: merged tokens and the deepstack taps."""
@@ -108,7 +107,7 @@ class FusionStage(nn.Module, PrefixParts):
         self.vlln = model.vlln
         self.vl_self_attention = model.vl_self_attention
         self.state_encoder = model.state_encoder
-        _share_tables(self, model, PREFIX_TABLES)
+        register_tables(self, model, PREFIX_TABLES)
 
     def forward(
         self,
@@ -124,24 +123,25 @@ class FusionStage(nn.Module, PrefixParts):
         return tuple(o.to(torch.float32) for o in outs)  # type: ignore[return-value]
 
 
-class ActionHeadStep(nn.Module, ActionParts):
-    """One Euler step: the fusion outputs, noise, executed prefix, ``x_t`` and ``step`` → actions.
+class EulerStep(nn.Module):
+    """One Euler step of GR00T's flow: every version's ``action_head`` stage (base).
 
-    Holds the DiT, the action encoder and decoder and the position table. The K flow
-    times (``step_times`` ``[K, 1]``), the DiT's time features (``dit_times``
-    ``[K, timestep_channels]``) and the action encoder's (``action_times`` ``[K, E]``) are
-    constants computed once on the host in float32 and kept as float32 buffers on the
-    model's device.
+    Holds the model's DiT, action encoder and decoder, position table and the ``extra``
+    modules its ``velocity`` reads. The K flow times (``step_times`` ``[K, 1]``), the DiT's
+    time features (``dit_times`` ``[K, timestep_channels]``) and the action encoder's
+    (``action_times`` ``[K, E]``) are constants computed once on the host in float32 and
+    kept as float32 buffers on the model's device.
     """
 
-    def __init__(self, model: GrootModel) -> None:
+    config: FlowHeadConfig
+    velocity: Callable[..., torch.Tensor]
+
+    def __init__(self, model: FlowModel, extra: tuple[str, ...] = ()) -> None:
         super().__init__()
         c = model.config
         self.config = c
-        self.dit = model.dit
-        self.action_encoder = model.action_encoder
-        self.action_decoder = model.action_decoder
-        self.position_embedding = model.position_embedding
+        for name in ("dit", "action_encoder", "action_decoder", "position_embedding", *extra):
+            setattr(self, name, getattr(model, name))
         self.dt = 1.0 / c.flow_steps
         device = model.vlln.weight.device
         with torch.device("cpu"):
@@ -155,6 +155,33 @@ class ActionHeadStep(nn.Module, ActionParts):
         self.register_buffer("dit_times", dit_times.to(device), persistent=False)
         self.register_buffer("action_times", action_times.to(device), persistent=False)
 
+    def euler_step(
+        self,
+        context: tuple[torch.Tensor, ...],
+        noise: torch.Tensor,
+        prefix_actions: torch.Tensor,
+        prefix_mask: torch.Tensor,
+        x_t: torch.Tensor,
+        step: torch.Tensor,
+    ) -> torch.Tensor:
+        """Actions ``[1, H, A]`` after the Euler step ``step`` (one-hot) from ``x_t``.
+
+        ``context``: the fusion's outputs, as ``velocity`` takes them. Rows under
+        ``prefix_mask`` equal ``prefix_actions``.
+        """
+        keep, free = executed_prefix_masks(prefix_mask)
+        step = step.to(torch.float32)
+        t = torch.mm(step, self.step_times).reshape(1, 1, 1)
+        x_t = on_groot_flow_path(x_t, t, noise, prefix_actions, keep, free)
+        times = (torch.mm(step, self.dit_times), torch.mm(step, self.action_times))
+        v_t = self.velocity(*context, x_t, *times, self.config.embodiment_id)
+        x_t = x_t + self.dt * v_t
+        return free * x_t + keep * prefix_actions
+
+
+class ActionHeadStep(EulerStep, ActionParts):
+    """N1.7's Euler step: the fusion outputs, noise, prefix, ``x_t``, ``step`` → actions."""
+
     def forward(
         self,
         vl_tokens: torch.Tensor,
@@ -167,31 +194,108 @@ class ActionHeadStep(nn.Module, ActionParts):
         x_t: torch.Tensor,
         step: torch.Tensor,
     ) -> torch.Tensor:
-        """Actions ``[1, H, A]`` after the Euler step ``step`` (one-hot) from ``x_t``.
+        """Actions ``[1, H, A]`` after the Euler step ``step`` (one-hot) from ``x_t``."""
+        context = (vl_tokens, vl_text_mask, vl_image_mask, state_tokens)
+        return self.euler_step(context, noise, prefix_actions, prefix_mask, x_t, step)
 
-        Rows under ``prefix_mask`` equal ``prefix_actions``.
-        """
-        keep, free = executed_prefix_masks(prefix_mask)
-        step = step.to(torch.float32)
-        t = torch.mm(step, self.step_times).reshape(1, 1, 1)
-        x_t = on_groot_flow_path(x_t, t, noise, prefix_actions, keep, free)
-        v_t = self.velocity(
-            vl_tokens,
-            vl_text_mask,
-            vl_image_mask,
-            state_tokens,
-            x_t,
-            torch.mm(step, self.dit_times),
-            torch.mm(step, self.action_times),
-            self.config.embodiment_id,
+
+class FlowStageSet(StageSet):
+    """What every GR00T version's stage set shares (mixin; needs ``model``).
+
+    The declarations of the images, the host's prompt and state, and the action head's
+    step; the action head's loop; the example inputs.
+    """
+
+    model: FlowModel
+    inputs: Callable[[], dict[str, list[TensorSpec]]]
+
+    def image_spec(self) -> TensorSpec:
+        """The vision encoder's input."""
+        c = self.model.config
+        v = c.vision  # type: ignore[attr-defined]
+        return TensorSpec(
+            "images", (c.n_slots, 3, v.image_size, v.image_size), "float32", "host:images"
         )
-        x_t = x_t + self.dt * v_t
-        return free * x_t + keep * prefix_actions
+
+    def prompt_specs(self) -> list[TensorSpec]:
+        """The fusion's host inputs after the image tokens: slot mask, prompt, state."""
+        c = self.model.config
+        return [
+            TensorSpec("image_mask", (c.n_slots,), "float32", "host:image_mask"),
+            TensorSpec("token_ids", (1, c.max_token_len), "int64", "host:token_ids"),
+            TensorSpec("token_mask", (1, c.max_token_len), "float32", "host:token_mask"),
+            TensorSpec("state", (1, c.max_state_dim), "float32", "host:state"),
+        ]
+
+    def step_specs(self) -> list[TensorSpec]:
+        """The action head's inputs from the state token on (noise, prefix, ``x_t``, step)."""
+        c = self.model.config
+        chunk = (1, c.action_horizon, c.max_action_dim)
+        return [
+            TensorSpec(
+                "state_tokens",
+                (1, 1, c.input_embedding_dim),
+                "float32",
+                "stage:fusion.state_tokens",
+            ),
+            TensorSpec("noise", chunk, "float32", "host:noise"),
+            TensorSpec("prefix_actions", chunk, "float32", "host:prefix_actions"),
+            TensorSpec("prefix_mask", (1, c.action_horizon), "float32", "host:prefix_mask"),
+            TensorSpec("x_t", chunk, "float32", "host:noise"),
+            TensorSpec("step", (1, c.flow_steps), "float32", "repeat"),
+        ]
+
+    def repeats(self) -> dict[str, dict[str, object]]:
+        """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
+        return flow_step_repeat(self.model.config.flow_steps)
+
+    def example_inputs(self, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+        """Example inputs for every stage (random, of the declared shapes and dtypes).
+
+        The image mask marks the last slot absent and the prompt fills half the token
+        slots, so masks are exercised when tracing.
+        """
+        c = self.model.config
+        return example_inputs(
+            self.inputs(),
+            vocab_size=c.text.vocab_size,  # type: ignore[attr-defined]
+            n_slots=c.n_slots,
+            tokens_per_slot=c.slot_len,
+            max_token_len=c.max_token_len,
+            horizon=c.action_horizon,
+            seed=seed,
+        )
+
+    def chained_inputs(self, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
+        """Each stage's example inputs, chained: each reads its predecessor's real outputs.
+
+        The executed-prefix mask covers the head's first two rows, so tracing sees it.
+        Contiguous (ExecuTorch fixes each input's dim order from its example).
+        """
+        ex = self.example_inputs(seed)
+        modules = self.modules()
+        with torch.no_grad():
+            vision = modules["vision_encoder"](*ex["vision_encoder"])
+            vision = (vision,) if isinstance(vision, torch.Tensor) else tuple(vision)
+            host = ex["fusion"][len(vision) :]
+            fused = modules["fusion"](*vision, *host)
+        noise, prefix_actions, prefix_mask, x_t, step = ex["action_head"][len(fused) :]
+        prefix_mask = torch.zeros_like(prefix_mask)
+        prefix_mask[0, : min(2, prefix_mask.shape[1] - 1)] = 1.0
+        chained = {
+            "vision_encoder": ex["vision_encoder"],
+            "fusion": (*vision, *host),
+            "action_head": (*fused, noise, prefix_actions, prefix_mask, x_t, step),
+        }
+        return {
+            name: tuple(t.detach().contiguous().clone() for t in tensors)
+            for name, tensors in chained.items()
+        }
 
 
 @dataclass
-class GrootStages(StageSet):
-    """The three stages of one model, their example inputs and tensor declarations."""
+class GrootStages(FlowStageSet):
+    """The three stages of one N1.7 model, their example inputs and tensor declarations."""
 
     model: GrootModel
     vision_encoder: VisionEncoderStage
@@ -203,7 +307,6 @@ class GrootStages(StageSet):
         v = c.vision
         tokens = (c.n_slots, v.num_tokens, c.text.width)
         return {
-            "images": (c.n_slots, 3, v.image_size, v.image_size),
             "image_tokens": tokens,
             "deepstack_tokens": (len(v.deepstack_layers), *tokens),
             "vl_tokens": (1, c.prefix_len, c.text.width),
@@ -214,10 +317,9 @@ class GrootStages(StageSet):
 
     def inputs(self) -> dict[str, list[TensorSpec]]:
         """Each stage's inputs, in the order its ``forward`` takes them."""
-        c = self.model.config
         s = self._shapes()
         return {
-            "vision_encoder": [TensorSpec("images", s["images"], "float32", "host:images")],
+            "vision_encoder": [self.image_spec()],
             "fusion": [
                 TensorSpec(
                     "image_tokens",
@@ -231,23 +333,13 @@ class GrootStages(StageSet):
                     "float32",
                     "stage:vision_encoder.deepstack_tokens",
                 ),
-                TensorSpec("image_mask", (c.n_slots,), "float32", "host:image_mask"),
-                TensorSpec("token_ids", (1, c.max_token_len), "int64", "host:token_ids"),
-                TensorSpec("token_mask", (1, c.max_token_len), "float32", "host:token_mask"),
-                TensorSpec("state", (1, c.max_state_dim), "float32", "host:state"),
+                *self.prompt_specs(),
             ],
             "action_head": [
                 TensorSpec("vl_tokens", s["vl_tokens"], "float32", "stage:fusion.vl_tokens"),
                 TensorSpec("vl_text_mask", s["vl_mask"], "float32", "stage:fusion.vl_text_mask"),
                 TensorSpec("vl_image_mask", s["vl_mask"], "float32", "stage:fusion.vl_image_mask"),
-                TensorSpec(
-                    "state_tokens", s["state_tokens"], "float32", "stage:fusion.state_tokens"
-                ),
-                TensorSpec("noise", s["chunk"], "float32", "host:noise"),
-                TensorSpec("prefix_actions", s["chunk"], "float32", "host:prefix_actions"),
-                TensorSpec("prefix_mask", (1, c.action_horizon), "float32", "host:prefix_mask"),
-                TensorSpec("x_t", s["chunk"], "float32", "host:noise"),
-                TensorSpec("step", (1, c.flow_steps), "float32", "repeat"),
+                *self.step_specs(),
             ],
         }
 
@@ -267,27 +359,6 @@ class GrootStages(StageSet):
             ],
             "action_head": [TensorSpec("actions", s["chunk"], "float32", "output")],
         }
-
-    def repeats(self) -> dict[str, dict[str, object]]:
-        """The action head's loop, as the manifest's ``stages.action_head.repeat``."""
-        return flow_step_repeat(self.model.config.flow_steps)
-
-    def example_inputs(self, seed: int = 0) -> dict[str, tuple[torch.Tensor, ...]]:
-        """Example inputs for every stage (random, of the declared shapes and dtypes).
-
-        The image mask marks the last slot absent and the prompt fills half the token
-        slots, so masks are exercised when tracing.
-        """
-        c = self.model.config
-        return example_inputs(
-            self.inputs(),
-            vocab_size=c.text.vocab_size,
-            n_slots=c.n_slots,
-            tokens_per_slot=c.slot_len,
-            max_token_len=c.max_token_len,
-            horizon=c.action_horizon,
-            seed=seed,
-        )
 
 
 def build_stages(model: GrootModel) -> GrootStages:
