@@ -20,6 +20,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -200,20 +201,32 @@ class Growth:
         }
 
 
+def after_warmup(
+    points: Sequence[tuple[float, float, int]], warmup_s: float
+) -> list[tuple[float, float, int]]:
+    """The ``(t_s, rss_mb, pid)`` samples at least ``warmup_s`` after their process's first.
+
+    In time order; a respawned process warms up again.
+    """
+    first: dict[int, float] = {}
+    kept = []
+    for point in sorted(points):
+        t_s, _, pid = point
+        if t_s - first.setdefault(pid, t_s) >= warmup_s:
+            kept.append(point)
+    return kept
+
+
 def memory_growth(points: Sequence[tuple[float, float, int]], warmup_s: float) -> Growth:
     """Growth of RSS after warm-up from ``(t_s, rss_mb, pid)`` samples of one node.
 
-    Each process (pid) starts at its first sample and is fitted from ``warmup_s``
-    after it; the slope is shared and each process has its own intercept (a
+    Each process (pid) is fitted from ``warmup_s`` after its first sample
+    (:func:`after_warmup`); the slope is shared and each process has its own intercept (a
     respawned process starts again from its base size, which is no growth).
     """
-    first: dict[int, float] = {}
-    for t_s, _, pid in sorted(points):
-        first.setdefault(pid, t_s)
     groups: dict[int, list[tuple[float, float]]] = {}
-    for t_s, rss_mb, pid in points:
-        if t_s - first[pid] >= warmup_s:
-            groups.setdefault(pid, []).append((t_s, rss_mb))
+    for t_s, rss_mb, pid in after_warmup(points, warmup_s):
+        groups.setdefault(pid, []).append((t_s, rss_mb))
     num = den = 0.0
     kept: list[float] = []
     span_s = 0.0
@@ -233,13 +246,18 @@ def memory_growth(points: Sequence[tuple[float, float, int]], warmup_s: float) -
     )
 
 
-def node_growth(samples: Sequence[Sample], warmup_s: float) -> dict[str, Growth]:
-    """:func:`memory_growth` of every node that appears in ``samples``."""
+def node_points(samples: Sequence[Sample]) -> dict[str, list[tuple[float, float, int]]]:
+    """Each node's ``(t_s, rss_mb, pid)`` samples, nodes in name order."""
     points: dict[str, list[tuple[float, float, int]]] = {}
     for sample in samples:
         for node, rss_mb in sample["rss_mb"].items():
             points.setdefault(node, []).append((sample["t_s"], rss_mb, sample["pid"][node]))
-    return {node: memory_growth(p, warmup_s) for node, p in sorted(points.items())}
+    return dict(sorted(points.items()))
+
+
+def node_growth(samples: Sequence[Sample], warmup_s: float) -> dict[str, Growth]:
+    """:func:`memory_growth` of every node that appears in ``samples``."""
+    return {node: memory_growth(p, warmup_s) for node, p in node_points(samples).items()}
 
 
 def memory_steps(
@@ -256,22 +274,16 @@ def memory_steps(
     ``outside_faults_pct_per_h`` (the outside change per hour of it, divided by the mean
     RSS of the samples used; ``None`` without such a period).
     """
-    first: dict[tuple[str, int], float] = {}
-    last: dict[str, tuple[float, float, int]] = {}
     sums: dict[str, dict[str, float]] = {}
     rss_seen: dict[str, list[float]] = {}
-    for sample in sorted(samples, key=lambda s: s["t_s"]):
-        t_s = sample["t_s"]
-        for node, rss_mb in sample["rss_mb"].items():
-            pid = sample["pid"][node]
-            started = first.setdefault((node, pid), t_s)
-            if t_s - started < warmup_s:
-                continue
-            before = last.get(node)
-            last[node] = (t_s, rss_mb, pid)
-            rss_seen.setdefault(node, []).append(rss_mb)
-            per = sums.setdefault(node, {"in": 0.0, "out": 0.0, "out_s": 0.0})
-            if before is None or before[2] != pid:  # a respawn starts again: no step
+    for node, points in node_points(samples).items():
+        kept = after_warmup(points, warmup_s)
+        if not kept:
+            continue
+        rss_seen[node] = [rss_mb for _, rss_mb, _ in kept]
+        per = sums[node] = {"in": 0.0, "out": 0.0, "out_s": 0.0}
+        for before, (t_s, rss_mb, pid) in pairwise(kept):
+            if before[2] != pid:  # a respawn starts again: no step
                 continue
             if in_fault(before[0], t_s, spans):
                 per["in"] += rss_mb - before[1]
