@@ -210,7 +210,7 @@ def test_a_stamped_side_environment_is_not_reinstalled(tmp_path, monkeypatch) ->
 
 
 def test_the_architectures_with_an_upstream_hook_are_the_arch_choices() -> None:
-    assert set(upstream_architectures()) == {"pi0", "pi05", "smolvla", "groot"}
+    assert set(upstream_architectures()) == {"pi0", "pi05", "smolvla", "groot", "groot_n15"}
     assert hooks("pi0") is hooks("pi05")  # one openpi hook; the driver takes the name
     parser = argparse.ArgumentParser()
     upstream.add_arguments(parser)

@@ -1,11 +1,13 @@
-"""``vla-edge bench upstream --arch groot``: GR00T N1.7 against Isaac-GR00T's own code.
+"""``vla-edge bench upstream --arch groot|groot_n15``: GR00T against Isaac-GR00T's own code.
 
 Without upstream's source these tests check what the harness reads of GR00T's hook (the
 marker, the side packages, ``PYTHONPATH=SIDE:SOURCE``, the per-file manifest of a rebuilt
 tree). With ``VLA_EDGE_GROOT_SRC`` (an Isaac-GR00T tree holding
 ``gr00t/model/gr00t_n1d7/gr00t_n1d7.py``, a checkout or one rebuilt file by file with its
 ``SOURCES.json``) and ``VLA_EDGE_GROOT_SIDE`` (its side environment, made when missing),
-a tiny run must land within the bound, every intermediate agreeing.
+a tiny run must land within the bound, every intermediate agreeing; the same for N1.5 with
+``VLA_EDGE_GROOT_N15_SRC`` (an N1.5-era tree holding ``gr00t/model/gr00t_n1.py``) and
+``VLA_EDGE_GROOT_N15_SIDE``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from vla_edge.bench.upstream import (
 from vla_edge.cli import main
 
 MARKER = "gr00t/model/gr00t_n1d7/gr00t_n1d7.py"
+N15_MARKER = "gr00t/model/gr00t_n1.py"
 
 
 def test_the_groot_hook_names_isaac_groot_and_its_pins() -> None:
@@ -40,6 +43,23 @@ def test_the_groot_hook_names_isaac_groot_and_its_pins() -> None:
     assert any(p.startswith("diffusers==") for p in hook.packages)
     assert not any(p.startswith(("vla", "flash")) for p in hook.packages)
     assert hook.overlay is None and hook.syntax_patches == ()
+
+
+def test_the_n15_hook_names_the_n15_tree_and_its_pins() -> None:
+    hook = hooks("groot_n15")
+    assert hook.marker == N15_MARKER
+    assert "transformers==4.51.3" in hook.packages
+    assert {"diffusers==0.30.2", "peft==0.17.0"} <= set(hook.packages)
+    assert not any(p.startswith(("vla", "flash", "timm")) for p in hook.packages)
+    assert hook.source_paths == (".",) and hook.source_manifest == "SOURCES.json"
+    assert hook.pinned_commit is not None and len(hook.pinned_commit) == 40
+
+
+def test_a_source_without_the_n15_model_is_refused(tmp_path) -> None:
+    (tmp_path / "gr00t" / "model" / "gr00t_n1d7").mkdir(parents=True)
+    (tmp_path / MARKER).write_text("")
+    with pytest.raises(UpstreamSourceError, match="not a checkout of NVIDIA/Isaac-GR00T"):
+        check_source("groot_n15", tmp_path)
 
 
 def test_a_source_without_the_n17_model_is_refused(tmp_path) -> None:
@@ -74,17 +94,21 @@ def test_a_rebuilt_tree_records_each_file_and_its_pin(tmp_path) -> None:
     assert source_manifest("pi0", tmp_path) is None
 
 
-def test_a_tiny_groot_matches_isaac_groot_within_the_bound(tmp_path) -> None:
-    src, side = os.environ.get("VLA_EDGE_GROOT_SRC"), os.environ.get("VLA_EDGE_GROOT_SIDE")
+@pytest.mark.parametrize(
+    ("arch", "marker", "env"),
+    [("groot", MARKER, "VLA_EDGE_GROOT"), ("groot_n15", N15_MARKER, "VLA_EDGE_GROOT_N15")],
+)
+def test_a_tiny_groot_matches_isaac_groot_within_the_bound(tmp_path, arch, marker, env) -> None:
+    src, side = os.environ.get(f"{env}_SRC"), os.environ.get(f"{env}_SIDE")
     if not (src and side):
-        pytest.skip("set VLA_EDGE_GROOT_SRC and VLA_EDGE_GROOT_SIDE to run against upstream")
-    out = tmp_path / "upstream_groot.json"
+        pytest.skip(f"set {env}_SRC and {env}_SIDE to run against upstream")
+    out = tmp_path / f"upstream_{arch}.json"
     code = main(
         [
             "bench",
             "upstream",
             "--arch",
-            "groot",
+            arch,
             "--source",
             src,
             "--side",
@@ -113,4 +137,4 @@ def test_a_tiny_groot_matches_isaac_groot_within_the_bound(tmp_path) -> None:
     ]
     assert record["upstream"]["pythonpath"] == f"SIDE{os.pathsep}SOURCE"
     if (Path(src) / "SOURCES.json").is_file():
-        assert MARKER in record["upstream"]["source_files"]
+        assert marker in record["upstream"]["source_files"]

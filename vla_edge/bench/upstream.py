@@ -5,10 +5,10 @@
 
 ``ARCH`` is any registered architecture with an upstream hook
 (:class:`~vla_edge.archs.architecture.UpstreamHooks`, ``Architecture.upstream``: today
-``pi0`` and ``pi05`` against openpi, ``smolvla`` against LeRobot, ``groot`` against
-Isaac-GR00T). Everything a run writes (upstream's checkpoint and dumps, the driver's log,
-the policy directory, a patched copy of the source) goes to ``WORK_DIR/ARCH``, made anew
-each run.
+``pi0`` and ``pi05`` against openpi, ``smolvla`` against LeRobot, ``groot`` and
+``groot_n15`` against Isaac-GR00T). Everything a run writes (upstream's checkpoint and
+dumps, the driver's log, the policy directory, a patched copy of the source) goes to
+``WORK_DIR/ARCH``, made anew each run.
 
 A test that builds our model from our own state dict and calls it the reference proves
 nothing; this bench runs the code users trust:

@@ -154,6 +154,7 @@ ARCHITECTURES = (
             ),
         ),
         export=f"{_GROOT}.n15_programs:EXPORT",
+        upstream=f"{_GROOT}.n15_upstream:ISAAC_GROOT_N15",
         facts=n15_facts,
     ),
 )

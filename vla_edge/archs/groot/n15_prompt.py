@@ -33,12 +33,12 @@ every boundary between pieces is a special token or follows the newline that end
 lead, where the byte-level pre-tokenizer splits anyway. The tests check this against the
 whole text encoded in one call.
 
-Not verified against upstream: the code index holds no ``chat_template.json`` or
-``tokenizer_config.json`` of the N1.5 tree (only the N1 SmolLM one, @6d8a53bf), so the
-system turn's text is the Jinja form Eagle 2.5's family writes
-(``<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n``); the processor's own
-``py_apply_chat_template`` @338d3ec2, which ``apply_chat_template`` does not call, puts a
-newline before that ``<|im_end|>``. A parity run against upstream's processor settles it.
+The system turn's text is the one in the N1.5 tree's ``chat_template.json`` (the template
+``apply_chat_template`` renders; read in the public fork peri044/Isaac-GR00T @4af2b622,
+which keeps upstream's N1.5 branch): ``<|im_start|>system\nYou are a helpful
+assistant.<|im_end|>\n``; the processor's own ``py_apply_chat_template``, which
+``apply_chat_template`` does not call, puts a newline before that ``<|im_end|>``. Not run
+here: upstream's processor code itself (``processing_eagle2_5_vl.py`` imports torchvision).
 
 Departure, named once: with fixed shapes an instruction longer than the slots is cut
 (right) so that the closing always fits; upstream's variable-length prompt is not cut.
