@@ -329,10 +329,10 @@ def render_upstream(reports: Sequence[Json]) -> str:
     if not rebuilt:
         return table
     note = (
-        "† the source is a tree rebuilt file by file from a public code index (the "
-        "repository is too large to fetch whole): each file the model imports at the pinned "
-        "commit where the index stores it there, else the version it holds; the JSON names "
-        f"each file's repository and commit (`upstream.source_files`). {'; '.join(rebuilt)}."
+        "† the source is a tree of the files the model imports, not a checkout (the "
+        "repository is too large to fetch whole): each file at the pinned commit where a "
+        "public copy holds it there, else the version one holds; the JSON names each file's "
+        f"repository and commit (`upstream.source_files`). {'; '.join(rebuilt)}."
     )
     return f"{table}\n\n{note}"
 
@@ -826,6 +826,7 @@ GRAPH_REPEAT = (
     *(_r(f"eval_bundled_virtual_10_seed{seed}.json") for seed in range(3, 6)),
     _r("eval_bundled_graph_10.json"),
     _r("eval_bundled_graph_10_run2.json"),
+    _r("eval_bundled_graph_10_run3.json"),
 )
 """The bundled model (torch) on the same 60 episodes: virtual time per noise seed, then the
 graph run after run."""
@@ -851,7 +852,7 @@ def render_graph_repeat(reports: Sequence[Json]) -> str:
     ``reports``: the virtual-time runs (one per seed), then the graph runs, all of the same
     episodes. Per task and overall: the seeds pooled and the graph runs pooled, successes /
     episodes (Wilson 95 %), and the graph's rate minus virtual time's in points with its
-    95 % interval; then each run's overall successes.
+    95 % interval; then each run's overall successes and, for a graph run, its chunk age.
     """
     from vla_edge.bench.graph_eval import compare, difference_cell, overlap_cell, side_cell
 
@@ -878,9 +879,14 @@ def render_graph_repeat(reports: Sequence[Json]) -> str:
     def overall(report: Json) -> str:  # compare's last row: every task added up
         return side_cell(compare(report, report)[-1]["a"])
 
-    runs = [[f"virtual time, seed {r['settings']['seed']}", overall(r)] for r in virtual]
-    runs += [[f"graph, run {i + 1}", overall(r)] for i, r in enumerate(graph)]
-    return _table(header, rows) + "\n\n" + _table(["run", "overall"], runs)
+    def age(report: Json) -> str:  # the graph's chunk age at arrival, p50 / p99
+        ages = report["graph"]["chunk_age_ms"]
+        return f"{ages['p50']:.0f} / {ages['p99']:.0f}"
+
+    runs = [[f"virtual time, seed {r['settings']['seed']}", overall(r), "–"] for r in virtual]
+    runs += [[f"graph, run {i + 1}", overall(r), age(r)] for i, r in enumerate(graph)]
+    header_runs = ["run", "overall", "chunk age at arrival p50 / p99 (ms)"]
+    return _table(header, rows) + "\n\n" + _table(header_runs, runs)
 
 
 def render_graph_vs_virtual(reports: Sequence[Json]) -> str:
@@ -1367,6 +1373,7 @@ TABLES: tuple[Table, ...] = (
             _r("upstream_pi05.json"),
             _r("upstream_smolvla.json"),
             _r("upstream_groot.json"),
+            _r("upstream_groot_n15.json"),
         ),
         "`vla-edge bench upstream --arch A --source SRC --side SIDE --commit C --seed 0 "
         "--action-horizon 10 --num-steps 10 --json OUT` (each JSON holds its exact line)",
@@ -1540,7 +1547,7 @@ TABLES: tuple[Table, ...] = (
         GRAPH_REPEAT,
         "`vla-edge eval --policy bundled --episodes 10 --workers N --seed S --json OUT` "
         "(`S`: 0 to 5) and `vla-edge eval --policy bundled --episodes 10 --graph --threads 1 "
-        "--json OUT` run twice; the pooled comparison is also `vla-edge eval --compare "
+        "--json OUT` run three times; the pooled comparison is also `vla-edge eval --compare "
         "SEED0.json,SEED1.json,... RUN1.json,RUN2.json,...`",
         render_graph_repeat,
     ),
@@ -1553,10 +1560,11 @@ TABLES: tuple[Table, ...] = (
             *(_r(f"eval_bundled_executorch_virtual_10_seed{seed}.json") for seed in range(3, 6)),
             _r("eval_bundled_executorch_graph_10.json"),
             _r("eval_bundled_executorch_graph_10_run2.json"),
+            _r("eval_bundled_executorch_graph_10_run3.json"),
         ),
         "`vla-edge eval --policy EXPORT --episodes 10 --workers N --seed S --json OUT` (`S`: 0 "
         "to 5; `EXPORT`: the bundled model's ExecuTorch fp32 export, as above) and `vla-edge "
-        "eval --policy EXPORT --episodes 10 --graph --threads 1 --json OUT` run twice",
+        "eval --policy EXPORT --episodes 10 --graph --threads 1 --json OUT` run three times",
         render_graph_repeat,
     ),
     Table(
