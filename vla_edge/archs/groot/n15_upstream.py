@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.archs.architecture import OurRun, UpstreamHooks
-from vla_edge.archs.groot.upstream import EXTRA_TOKEN_SLOTS, STAGES
+from vla_edge.archs.groot.upstream import EXTRA_TOKEN_SLOTS, STAGES, driver_inputs
 
 
 def run_ours(
@@ -72,14 +72,9 @@ def run_ours(
     config = ckpt.config
     model = GrootN15Model(config).eval()
     load_checkpoint_weights(ckpt, model)
-    images = torch.from_numpy(dump["input.images_uint8"]).permute(0, 3, 1, 2).float()
-    images = (images / 255.0 - 0.5) / 0.5
-    image_mask = torch.tensor(meta["inputs"]["image_mask"], dtype=torch.float32)
-    token_ids = torch.zeros(1, config.max_token_len, dtype=torch.long)
-    token_ids[0, :text_ids] = torch.from_numpy(dump["input.text_ids"])
-    token_mask = (torch.arange(config.max_token_len) < text_ids)[None].float()
-    state = torch.from_numpy(dump["input.state"])[:, 0]
-    noise = torch.from_numpy(dump["noise"])
+    images, image_mask, token_ids, token_mask, state, noise = driver_inputs(
+        meta, dump, config.max_token_len
+    )
     out: dict[str, np.ndarray] = {}
     with torch.no_grad():
         tokens = model.embed_images(images)

@@ -34,6 +34,29 @@ EXTRA_TOKEN_SLOTS = 3
 """``max_token_len`` beyond the instruction's ids (padding the fixed shape carries)."""
 
 
+def driver_inputs(
+    meta: Mapping[str, Any], dump: Mapping[str, np.ndarray], max_token_len: int
+) -> tuple[Any, ...]:
+    """The driver's inputs as our passes take them, for N1.7 and N1.5 alike.
+
+    ``(images, image_mask, token_ids, token_mask, state, noise)``: the uint8 images scaled
+    to [-1, 1] (mean 0.5, std 0.5), the slot mask, the instruction's ids right-padded to
+    ``max_token_len`` with their mask, the state ``[1, S]`` and the initial noise.
+    """
+    import torch
+
+    text_ids = int(meta["inputs"]["text_ids"])
+    images = torch.from_numpy(dump["input.images_uint8"]).permute(0, 3, 1, 2).float()
+    images = (images / 255.0 - 0.5) / 0.5
+    image_mask = torch.tensor(meta["inputs"]["image_mask"], dtype=torch.float32)
+    token_ids = torch.zeros(1, max_token_len, dtype=torch.long)
+    token_ids[0, :text_ids] = torch.from_numpy(dump["input.text_ids"])
+    token_mask = (torch.arange(max_token_len) < text_ids)[None].float()
+    state = torch.from_numpy(dump["input.state"])[:, 0]
+    noise = torch.from_numpy(dump["noise"])
+    return images, image_mask, token_ids, token_mask, state, noise
+
+
 def run_ours(
     arch: str,
     work: Path,
@@ -61,14 +84,9 @@ def run_ours(
     config = ckpt.config
     model = GrootModel(config).eval()
     load_checkpoint_weights(ckpt, model)
-    images = torch.from_numpy(dump["input.images_uint8"]).permute(0, 3, 1, 2).float()
-    images = (images / 255.0 - 0.5) / 0.5
-    image_mask = torch.tensor(meta["inputs"]["image_mask"], dtype=torch.float32)
-    token_ids = torch.zeros(1, config.max_token_len, dtype=torch.long)
-    token_ids[0, :text_ids] = torch.from_numpy(dump["input.text_ids"])
-    token_mask = (torch.arange(config.max_token_len) < text_ids)[None].float()
-    state = torch.from_numpy(dump["input.state"])[:, 0]
-    noise = torch.from_numpy(dump["noise"])
+    images, image_mask, token_ids, token_mask, state, noise = driver_inputs(
+        meta, dump, config.max_token_len
+    )
     out: dict[str, np.ndarray] = {}
     with torch.no_grad():
         tokens, deep = model.embed_images(images)
@@ -127,4 +145,4 @@ ISAAC_GROOT = UpstreamHooks(
 """Isaac-GR00T, for ``groot`` (N1.7)."""
 
 
-__all__ = ["ISAAC_GROOT", "STAGES", "run_ours"]
+__all__ = ["ISAAC_GROOT", "STAGES", "driver_inputs", "run_ours"]
