@@ -299,3 +299,38 @@ def test_the_vl_tokens_and_the_velocity_with_pads_equal_upstreams_without_them(m
         )
     torch.testing.assert_close(vl[:, real], want_vl, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got_v, want_v, rtol=1e-5, atol=1e-5)
+
+
+# -- any device, any dtype (the CUDA path's precondition) -------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_the_whole_chunk_on_meta_makes_no_host_tensor(dtype) -> None:
+    from device_clean import HOST, meta_inputs, no_host_tensors
+
+    config = GrootN15Config.tiny()
+    with torch.device("meta"):
+        model = GrootN15Model(config)
+    model.to(dtype)
+    stages = build_stages(model)
+    x = meta_inputs(stages)
+    with no_host_tensors() as checked:
+        split = run_stages(stages, *(x[name] for name in HOST))
+        reference = model.sample_actions(*(x[name] for name in HOST))
+    assert checked.ops > 100
+    for actions in (split, reference):
+        assert actions.device.type == "meta"
+        assert tuple(actions.shape) == (1, config.action_horizon, config.max_action_dim)
+        assert actions.dtype == torch.float32
+
+
+def test_bf16_weights_on_the_cpu_stay_close_to_float32(model) -> None:
+    from device_clean import relative_rms
+
+    x = inputs(model.config)
+    want = model.sample_actions(**x)
+    low = GrootN15Model(model.config).eval()
+    low.load_state_dict(model.state_dict())
+    got = run_stages(build_stages(low.to(torch.bfloat16)), **x)
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    assert relative_rms(got, want) < 0.05  # as N1.7's bound (test_arch_groot.py)
