@@ -73,3 +73,21 @@ def relative_rms(got: torch.Tensor, want: torch.Tensor) -> float:
     got, want = got.cpu(), want.cpu()
     rms = (got - want).square().mean(dim=1).sqrt()
     return (rms / (want.amax(dim=1) - want.amin(dim=1))).max().item()
+
+
+def chunk_on_meta(model_class, config, build_stages, run_stages, dtype):  # noqa: ANN001, ANN201
+    """A model of ``config`` built on ``meta`` in ``dtype``: its whole chunk, split into the
+    stages and as ``sample_actions``, under :class:`no_host_tensors`.
+
+    Returns:
+        ``(split, reference, checked)``: both chunks and the checking mode (its ``ops``).
+    """
+    with torch.device("meta"):
+        model = model_class(config)
+    model.to(dtype)
+    stages = build_stages(model)
+    x = meta_inputs(stages)
+    with no_host_tensors() as checked:
+        split = run_stages(stages, *(x[name] for name in HOST))
+        reference = model.sample_actions(*(x[name] for name in HOST))
+    return split, reference, checked

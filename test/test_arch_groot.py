@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
-from device_clean import HOST, meta_inputs, no_host_tensors, relative_rms
+from device_clean import chunk_on_meta, relative_rms
 from torch import nn
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -474,14 +474,7 @@ def test_invalid_sizes_are_config_errors_naming_the_field():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_whole_chunk_on_meta_makes_no_host_tensor(dtype):
     config = GrootConfig.tiny()
-    with torch.device("meta"):
-        model = GrootModel(config)
-    model.to(dtype)
-    stages = build_stages(model)
-    x = meta_inputs(stages)
-    with no_host_tensors() as checked:
-        split = run_stages(stages, *(x[name] for name in HOST))
-        reference = model.sample_actions(*(x[name] for name in HOST))
+    split, reference, checked = chunk_on_meta(GrootModel, config, build_stages, run_stages, dtype)
     assert checked.ops > 100
     for actions in (split, reference):
         assert actions.device.type == "meta"

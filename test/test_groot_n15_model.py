@@ -306,17 +306,11 @@ def test_the_vl_tokens_and_the_velocity_with_pads_equal_upstreams_without_them(m
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_the_whole_chunk_on_meta_makes_no_host_tensor(dtype) -> None:
-    from device_clean import HOST, meta_inputs, no_host_tensors
+    from device_clean import chunk_on_meta
 
     config = GrootN15Config.tiny()
-    with torch.device("meta"):
-        model = GrootN15Model(config)
-    model.to(dtype)
-    stages = build_stages(model)
-    x = meta_inputs(stages)
-    with no_host_tensors() as checked:
-        split = run_stages(stages, *(x[name] for name in HOST))
-        reference = model.sample_actions(*(x[name] for name in HOST))
+    chunk = chunk_on_meta(GrootN15Model, config, build_stages, run_stages, dtype)
+    split, reference, checked = chunk
     assert checked.ops > 100
     for actions in (split, reference):
         assert actions.device.type == "meta"

@@ -111,7 +111,7 @@ def test_the_language_models_tokens_are_eagle_25s_chat_text_encoded_whole(tokeni
     config = with_tokenizer_layout(qwen_vocab_tiny(max_token_len=32), tokenizer)
     assert config.n_slots == 2 and config.vision.num_tokens == 4
     host = GrootN15PromptTokenizer(tokenizer, config.max_token_len)
-    got = prompt_tables(config)["ids"].tolist() + host.ids(INSTRUCTION)
+    got = prompt_tables(config)["layout_ids"].tolist() + host.ids(INSTRUCTION)
     whole = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
     text = eagle_chat_text(config.n_slots, config.vision.num_tokens, INSTRUCTION)
     assert got == whole.encode(text).ids
@@ -124,7 +124,7 @@ def test_an_image_spans_256_context_tokens_at_full_size_and_64_with_pixel_shuffl
     assert full.vision.num_tokens == 256
     shuffled = SiglipSize(**{**SiglipSize.siglip_400m().model_dump(), "shuffle": 2})
     assert shuffled.num_tokens == 64
-    ids = prompt_tables(full)["ids"].tolist()
+    ids = prompt_tables(full)["layout_ids"].tolist()
     assert ids.count(full.image_token_id) == 256
     assert ids[full.lead_len] == full.image_start_id and ids[-1] == full.image_end_id
 

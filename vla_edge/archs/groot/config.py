@@ -178,12 +178,14 @@ class FlowHeadConfig(FrozenConfig):
     The flow-matching action head with its per-embodiment weight slices, and the prompt's
     fixed sizes. Each version declares the rest with its own defaults (``dit``,
     ``max_state_dim``, ``max_action_dim``, ``action_horizon``, ``embodiment_id``,
-    ``image_slots``, ``lead_token_ids``, ``image_token_id``, the language model's sizes
-    ``text`` and ``slot_len``) and validates itself with :meth:`check_head`.
+    ``image_slots``, ``lead_token_ids``, ``image_token_id``, the vision tower's and the
+    language model's sizes ``vision`` and ``text``, and ``slot_len``) and validates itself
+    with :meth:`check_head`.
     """
 
     if TYPE_CHECKING:  # declared by each version, with its defaults
-        text: TextSize | Any
+        vision: Any
+        text: Any
         dit: TransformerSize
         max_state_dim: int
         max_action_dim: int

@@ -135,7 +135,7 @@ def slot_layout(
     the image pads and ``end_id``: N1.7's ``<|vision_start|>`` / ``<|vision_end|>``
     without labels, N1.5's ``<image k>`` labels then ``<img>`` / ``</img>``.
 
-    * ``ids`` ``[L_fixed]``: the lead tokens and every slot's tokens (the host's tokens
+    * ``layout_ids`` ``[L_fixed]``: the lead tokens and every slot's tokens (the host's tokens
       follow them);
     * ``image_rows`` ``[n_slots * T]``: the image tokens' places in the sequence;
     * ``slot_rows`` ``[n_slots + 1, L_fixed]``: row ``s`` marks slot ``s``'s tokens, the
@@ -159,7 +159,7 @@ def slot_layout(
     is_image = torch.zeros(c.prefix_len)
     is_image[torch.tensor(rows, dtype=torch.long)] = 1.0
     return {
-        "ids": torch.tensor(ids, dtype=torch.long),
+        "layout_ids": torch.tensor(ids, dtype=torch.long),
         "image_rows": torch.tensor(rows, dtype=torch.long),
         "slot_rows": slot_rows,
         "is_image": is_image,

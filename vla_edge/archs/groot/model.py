@@ -163,10 +163,7 @@ def _host_tables(config: GrootConfig, device: torch.device) -> dict[str, torch.T
         "interp_indices": indices,
         "interp_weights": weights,
         "rope_positions": positions,
-        "layout_ids": layout["ids"],
-        "image_rows": layout["image_rows"],
-        "slot_rows": layout["slot_rows"],
-        "is_image": layout["is_image"],
+        **layout,
     }
     return {name: value.to(device) for name, value in tables.items()}
 

@@ -337,7 +337,6 @@ class GrootN15Model(FlowModel, VisionPartsN15, PrefixPartsN15, ActionPartsN15):
         device = self.action_head.vlln.weight.device
         with torch.device("cpu"):
             tables = prompt_tables(config)
-        tables["layout_ids"] = tables.pop("ids")
         register_tables(self, {k: v.to(device) for k, v in tables.items()}, PROMPT_TABLES)
 
     @property

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from vla_edge.archs.architecture import OurRun, UpstreamHooks
-from vla_edge.archs.groot.upstream import EXTRA_TOKEN_SLOTS, STAGES, driver_inputs
+from vla_edge.archs.groot.upstream import EXTRA_TOKEN_SLOTS, STAGES, driver_inputs, our_dumps
 
 
 def run_ours(
@@ -48,7 +48,6 @@ def run_ours(
     import torch
 
     from vla_edge.archs.groot.checkpoint import load_checkpoint_weights
-    from vla_edge.archs.groot.layers import sinusoid, timestep_features
     from vla_edge.archs.groot.n15_checkpoint import read_checkpoint
     from vla_edge.archs.groot.n15_config import GrootN15Config
     from vla_edge.archs.groot.n15_model import GrootN15Model
@@ -72,33 +71,15 @@ def run_ours(
     config = ckpt.config
     model = GrootN15Model(config).eval()
     load_checkpoint_weights(ckpt, model)
-    images, image_mask, token_ids, token_mask, state, noise = driver_inputs(
-        meta, dump, config.max_token_len
-    )
-    out: dict[str, np.ndarray] = {}
+    host = driver_inputs(meta, dump, config.max_token_len)
+    images, image_mask, token_ids, token_mask, state, _ = host
     with torch.no_grad():
         tokens = model.embed_images(images)
         feats, pad = model.backbone_features(tokens, image_mask, token_ids, token_mask)
-        keep = pad[0] != 0
-        out["backbone_features"] = feats[:, keep].numpy()
-        vl, vl_mask, state_tokens = model.fuse(tokens, image_mask, token_ids, token_mask, state)
-        out["vl_tokens"] = vl[:, keep].numpy()
-        out["state_tokens"] = state_tokens.numpy()
-        first = torch.zeros(1)
-        out["first_velocity"] = model.velocity(
-            vl,
-            vl_mask,
-            state_tokens,
-            noise,
-            timestep_features(first, config.timestep_channels),
-            sinusoid(first, config.input_embedding_dim),
-            config.embodiment_id,
-        ).numpy()
-        out["actions"] = model.sample_actions(
-            images, image_mask, token_ids, token_mask, state, noise
-        ).numpy()
+        fused = model.fuse(tokens, image_mask, token_ids, token_mask, state)
+        dumps = our_dumps(model, feats, pad, fused, host)
     return OurRun(
-        dumps=out,
+        dumps=dumps,
         order=list(STAGES),
         config=config.model_dump(mode="json"),
         reader="vla_edge.archs.groot.n15_checkpoint.read_checkpoint, load_checkpoint_weights",

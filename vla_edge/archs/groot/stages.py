@@ -212,7 +212,7 @@ class FlowStageSet(StageSet):
     def image_spec(self) -> TensorSpec:
         """The vision encoder's input."""
         c = self.model.config
-        v = c.vision  # type: ignore[attr-defined]
+        v = c.vision
         return TensorSpec(
             "images", (c.n_slots, 3, v.image_size, v.image_size), "float32", "host:images"
         )
@@ -258,7 +258,7 @@ class FlowStageSet(StageSet):
         c = self.model.config
         return example_inputs(
             self.inputs(),
-            vocab_size=c.text.vocab_size,  # type: ignore[attr-defined]
+            vocab_size=c.text.vocab_size,
             n_slots=c.n_slots,
             tokens_per_slot=c.slot_len,
             max_token_len=c.max_token_len,

@@ -57,6 +57,33 @@ def driver_inputs(
     return images, image_mask, token_ids, token_mask, state, noise
 
 
+def our_dumps(
+    model: Any, features: Any, pad: Any, fused: tuple[Any, ...], host: tuple[Any, ...]
+) -> dict[str, np.ndarray]:
+    """Our intermediates under :data:`STAGES`' names, for N1.7 and N1.5 alike (no grad).
+
+    ``features`` and ``pad``: the backbone's features and the sequence's pad; ``fused``:
+    the fusion's outputs as ``velocity`` takes them (the VL tokens first, the state token
+    last); ``host``: :func:`driver_inputs`. The pad tokens are left out of the sequences;
+    the first velocity is at ``t = 0`` on the driver's noise.
+    """
+    import torch
+
+    from vla_edge.archs.groot.layers import sinusoid, timestep_features
+
+    c = model.config
+    keep = pad[0] != 0
+    first = torch.zeros(1)
+    times = (timestep_features(first, c.timestep_channels), sinusoid(first, c.input_embedding_dim))
+    return {
+        "backbone_features": features[:, keep].numpy(),
+        "vl_tokens": fused[0][:, keep].numpy(),
+        "state_tokens": fused[-1].numpy(),
+        "first_velocity": model.velocity(*fused, host[-1], *times, c.embodiment_id).numpy(),
+        "actions": model.sample_actions(*host).numpy(),
+    }
+
+
 def run_ours(
     arch: str,
     work: Path,
@@ -74,7 +101,6 @@ def run_ours(
 
     from vla_edge.archs.groot import GrootConfig, GrootModel
     from vla_edge.archs.groot.checkpoint import load_checkpoint_weights, read_checkpoint
-    from vla_edge.archs.groot.layers import sinusoid, timestep_features
 
     text_ids = int(meta["inputs"]["text_ids"])
     defaults = GrootConfig.tiny(timestep_channels=256, max_token_len=text_ids + EXTRA_TOKEN_SLOTS)
@@ -84,36 +110,15 @@ def run_ours(
     config = ckpt.config
     model = GrootModel(config).eval()
     load_checkpoint_weights(ckpt, model)
-    images, image_mask, token_ids, token_mask, state, noise = driver_inputs(
-        meta, dump, config.max_token_len
-    )
-    out: dict[str, np.ndarray] = {}
+    host = driver_inputs(meta, dump, config.max_token_len)
+    images, image_mask, token_ids, token_mask, state, _ = host
     with torch.no_grad():
         tokens, deep = model.embed_images(images)
         feats, pad = model.language_features(tokens, deep, image_mask, token_ids, token_mask)
-        keep = pad[0] != 0
-        out["backbone_features"] = feats[:, keep].numpy()
-        vl, text, image, state_tokens = model.fuse(
-            tokens, deep, image_mask, token_ids, token_mask, state
-        )
-        out["vl_tokens"] = vl[:, keep].numpy()
-        out["state_tokens"] = state_tokens.numpy()
-        first = torch.zeros(1)
-        out["first_velocity"] = model.velocity(
-            vl,
-            text,
-            image,
-            state_tokens,
-            noise,
-            timestep_features(first, config.timestep_channels),
-            sinusoid(first, config.input_embedding_dim),
-            config.embodiment_id,
-        ).numpy()
-        out["actions"] = model.sample_actions(
-            images, image_mask, token_ids, token_mask, state, noise
-        ).numpy()
+        fused = model.fuse(tokens, deep, image_mask, token_ids, token_mask, state)
+        dumps = our_dumps(model, feats, pad, fused, host)
     return OurRun(
-        dumps=out,
+        dumps=dumps,
         order=list(STAGES),
         config=config.model_dump(mode="json"),
         reader="vla_edge.archs.groot.checkpoint.read_checkpoint, load_checkpoint_weights",
@@ -145,4 +150,4 @@ ISAAC_GROOT = UpstreamHooks(
 """Isaac-GR00T, for ``groot`` (N1.7)."""
 
 
-__all__ = ["ISAAC_GROOT", "STAGES", "driver_inputs", "run_ours"]
+__all__ = ["ISAAC_GROOT", "STAGES", "driver_inputs", "our_dumps", "run_ours"]
