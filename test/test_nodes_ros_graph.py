@@ -229,10 +229,11 @@ def test_graph_comes_up_chunks_flow_and_the_controller_runs_at_its_rate(ros_grap
 def test_safety_node_passes_commands_through(ros_graph):
     _, probe = ros_graph
     t0 = time.monotonic()
-    time.sleep(1.0)
+    # this test process may be starved on a loaded machine: wait for the commands to
+    # arrive rather than count a fixed window (the rate is checked from diagnostics below)
+    assert wait_for(lambda: len(probe.series(probe.safe, t0)[0]) >= 10, 10.0)
     t_safe, safe = probe.series(probe.safe, t0)
     t_cmd, cmd = probe.series(probe.unsafe, t0 - 0.2)
-    assert len(t_safe) >= 10  # received by this (possibly starved) test process
     assert np.ptp(cmd, axis=0).max() > 1e-3, "the arm should be moving"
     # each safe command follows the latest unsafe one it could have seen
     idx = np.searchsorted(t_cmd, t_safe) - 1
