@@ -45,6 +45,30 @@ def test_the_shipped_side_by_side_spec_is_the_schemes_by_merges_by_delays(tmp_pa
     assert {m["job"].settings.delay_s for m in matrix} == {0.0, 0.1, 0.2, 0.3}
 
 
+def _episode_ids(spec: sweep.SweepSpec) -> set[str]:
+    from vla_edge.sim.episodes import Episode, episode_key, key_id
+    from vla_edge.sim.tasks import list_tasks
+
+    matrix = sweep.jobs(spec, {v: v[0] for v in sweep.variants(spec)})
+    return {
+        key_id(episode_key(Episode(entry["job"], task, i)))
+        for entry in matrix
+        for task in spec.tasks or list_tasks()
+        for i in range(spec.episodes)
+    }
+
+
+def test_the_20_episode_side_by_side_is_the_first_part_of_the_50_episode_one() -> None:
+    # an episode's key names neither the sweep nor its size, so side_by_side.yaml with
+    # --resume on side_by_side_20.yaml's store runs only init states 20-49
+    folder = share_dir() / "config" / "sweeps"
+    short = _episode_ids(sweep.load_spec(folder / "side_by_side_20.yaml"))
+    full = _episode_ids(sweep.load_spec(folder / "side_by_side.yaml"))
+    cells, tasks = (1 + 1 + 4) * 4, 6
+    assert len(short) == cells * tasks * 20 and len(full) == cells * tasks * 50
+    assert short < full
+
+
 def test_torch_runs_one_recipe_and_an_export_runs_as_it_is(tmp_path) -> None:
     spec = sweep.load_spec(
         _spec(
