@@ -1497,7 +1497,9 @@ TABLES: tuple[Table, ...] = (
     Table(
         "side_by_side",
         (_r("sweep_side_by_side.json"),),
-        "`vla-edge sweep config/sweeps/side_by_side_20.yaml --out OUT --workers 2` (`sweep.json`)",
+        "`vla-edge sweep config/sweeps/side_by_side_20.yaml --out OUT --workers 2`, then "
+        "`vla-edge sweep config/sweeps/side_by_side.yaml --out OUT --workers 2 --resume` "
+        "(`sweep.json`)",
         render_side_by_side,
     ),
     Table(
