@@ -46,15 +46,13 @@ def test_the_shipped_side_by_side_spec_is_the_schemes_by_merges_by_delays(tmp_pa
 
 
 def _episode_ids(spec: sweep.SweepSpec) -> set[str]:
-    from vla_edge.sim.episodes import Episode, episode_key, key_id
-    from vla_edge.sim.tasks import list_tasks
+    from vla_edge.sim.episodes import episode_key, key_id
 
     matrix = sweep.jobs(spec, {v: v[0] for v in sweep.variants(spec)})
     return {
-        key_id(episode_key(Episode(entry["job"], task, i)))
+        key_id(episode_key(episode))
         for entry in matrix
-        for task in spec.tasks or list_tasks()
-        for i in range(spec.episodes)
+        for episode in sweep.job_episodes(spec, entry["job"])
     }
 
 

@@ -197,6 +197,15 @@ def jobs(spec: SweepSpec, programs: dict[tuple[str, str, str], str]) -> list[dic
     return rows
 
 
+def job_episodes(spec: SweepSpec, job: EvalJob) -> list[Episode]:
+    """One job's episodes: the spec's tasks (default every suite task) x init states."""
+    from vla_edge.sim.tasks import list_tasks
+
+    return [
+        Episode(job, task, i) for task in spec.tasks or list_tasks() for i in range(spec.episodes)
+    ]
+
+
 def summarize_job(records: list[dict[str, Any]]) -> dict[str, Any]:
     """One row's figures from its episodes' records.
 
@@ -366,21 +375,13 @@ def run_sweep(
         ResultsStoreError: ``out`` holds episodes and ``resume`` is false.
         VlaEdgeError: a policy or an episode failed (the store keeps what finished).
     """
-    from vla_edge.sim.tasks import list_tasks
-
     out.mkdir(parents=True, exist_ok=True)
     store = open_store(out / "episodes.jsonl", resume)
     programs = {v: ensure_export(out, *v, command=command) for v in variants(spec)}
     matrix = jobs(spec, programs)
     check_policies((e["job"] for e in matrix), keep=keep_policies)
     pool = make_pool()
-    tasks = spec.tasks or list_tasks()
-    episodes = [
-        Episode(entry["job"], task, i)
-        for entry in matrix
-        for task in tasks
-        for i in range(spec.episodes)
-    ]
+    episodes = [episode for entry in matrix for episode in job_episodes(spec, entry["job"])]
     try:
         records = run_episodes(episodes, store, pool, quiet=quiet)
     except VlaEdgeError:
@@ -390,11 +391,7 @@ def run_sweep(
         pool.close()
     rows = []
     for entry in matrix:
-        ids = [
-            key_id(episode_key(Episode(entry["job"], task, i)))
-            for task in tasks
-            for i in range(spec.episodes)
-        ]
+        ids = [key_id(episode_key(e)) for e in job_episodes(spec, entry["job"])]
         rows.append({**entry["labels"], **summarize_job([records[k] for k in ids])})
     write_tables(rows, out)
     plots = write_plots(rows, out)
